@@ -556,8 +556,11 @@ impl<'c> StopChecker<'c> {
         }
     }
 
-    /// Ends the generation for a reason outside these conditions (the caller
-    /// stopped, or a grammar completed) and returns the text still held back.
+    /// Releases the text held back and returns it. Call it when generation
+    /// ends for a reason outside these conditions (the caller stopped, a
+    /// grammar completed), or at a boundary where pending text must come out
+    /// first (such as the switch from reasoning to answer). Checking goes on
+    /// afterwards, but a stop string can no longer span the flushed boundary.
     /// An incomplete UTF-8 sequence at the end comes out as U+FFFD.
     ///
     /// ```
