@@ -1,0 +1,67 @@
+//! [`History`]: the tokens a sequence has seen, as the penalties and processors read them.
+
+use crate::TokenId;
+
+/// A read-only view of a sequence's tokens: the prompt, then the generated tokens.
+///
+/// The [`Sampler`](crate::Sampler) keeps the tokens; processors receive this view.
+///
+/// # Example
+/// ```
+/// use logits::History;
+///
+/// let tokens = [5, 6, 7, 8];
+/// let h = History::new(&tokens, 3);
+/// assert_eq!(h.prompt(), &[5, 6, 7]);
+/// assert_eq!(h.generated(), &[8]);
+/// assert_eq!(h.step(), 1);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct History<'a> {
+    tokens: &'a [TokenId],
+    prompt_len: usize,
+}
+
+impl<'a> History<'a> {
+    /// A view of `tokens` whose first `prompt_len` are the prompt (clamped to the length).
+    pub fn new(tokens: &'a [TokenId], prompt_len: usize) -> Self {
+        History {
+            tokens,
+            prompt_len: prompt_len.min(tokens.len()),
+        }
+    }
+
+    /// Every token: prompt, then generated.
+    pub fn tokens(&self) -> &'a [TokenId] {
+        self.tokens
+    }
+
+    /// The prompt tokens.
+    pub fn prompt(&self) -> &'a [TokenId] {
+        &self.tokens[..self.prompt_len]
+    }
+
+    /// The generated tokens.
+    pub fn generated(&self) -> &'a [TokenId] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    /// Number of generated tokens: the index of the draw about to be made.
+    pub fn step(&self) -> u64 {
+        (self.tokens.len() - self.prompt_len) as u64
+    }
+
+    /// The tokens the penalties count: the last `window` tokens (all when `None`) of the
+    /// whole history, or of the generated part only when `include_prompt` is false.
+    pub fn penalized(&self, window: Option<usize>, include_prompt: bool) -> &'a [TokenId] {
+        let base = if include_prompt {
+            self.tokens
+        } else {
+            self.generated()
+        };
+        match window {
+            Some(n) if n < base.len() => &base[base.len() - n..],
+            _ => base,
+        }
+    }
+}

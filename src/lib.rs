@@ -1,0 +1,118 @@
+//! Turn a model's scores into the next token.
+//!
+//! A language model ends each forward pass with one score (logit) per vocabulary entry:
+//! 151,936 of them for Qwen3. `logits` is everything after that: the adjustments, the
+//! temperature, the softmax, the tail cuts and the draw, as a model-free library with
+//! validated parameters, typed errors, no allocation per step and reproducible draws.
+//!
+//! # Quick start
+//! ```
+//! use logits::{Sampler, SamplingParams};
+//!
+//! // Qwen3's generation_config.json: temperature 0.6, top-k 20, top-p 0.95.
+//! let params = SamplingParams::builder()
+//!     .temperature(0.6)
+//!     .top_k(20)
+//!     .top_p(0.95)
+//!     .seed(42)
+//!     .build()?;
+//! let mut sampler = Sampler::new(params, 6)?;
+//!
+//! // One row of logits from the model (f32, f16 or bf16).
+//! let row = [22.38f32, 20.88, 20.62, 19.88, 19.50, 19.40];
+//! let next = sampler.sample(&row)?;
+//! assert!(next.token < 6);
+//! # Ok::<(), logits::Error>(())
+//! ```
+//!
+//! # The pipeline
+//!
+//! ```text
+//! row (&[f32] | &[f16] | &[bf16])
+//!  -> 1. adjustments   logit bias -> repetition/frequency/presence penalties
+//!                      -> grammar mask -> user processors
+//!  -> 2. temperature   divide by T (T = 0: greedy argmax, no draw)
+//!  -> 3. softmax
+//!  -> 4. tail cut      top-k -> top-p -> min-p, each renormalising the survivors
+//!  -> 5. draw          inverse CDF over the survivors, one uniform per draw
+//! ```
+//!
+//! | stage | parameter | off when | semantics |
+//! |---|---|---|---|
+//! | logit bias | `logit_bias` | empty | `l += b`; `-inf` bans |
+//! | repetition | `repetition_penalty` | 1.0 | seen token: `l > 0 ? l / r : l * r` (HF) |
+//! | frequency, presence | `frequency_penalty`, `presence_penalty` | 0.0 | `l -= c * f + (c > 0) * p` (OpenAI) |
+//! | grammar mask | [`TokenMask`] | no mask | disallowed tokens become `-inf` |
+//! | temperature | `temperature` | 1.0 | `l / T`; `T = 0` is greedy, ties to the lowest id |
+//! | top-k | `top_k` | unset | exactly k tokens, ties at the k-th value to the lower id |
+//! | top-p | `top_p` | 1.0 | smallest prefix reaching p; the crossing token is kept |
+//! | min-p | `min_p` | 0.0 | keep `p_i >= min_p * p_max`; equality kept |
+//! | draw | `seed` | — | inverse CDF, uniform keyed by `(seed, step)` |
+//!
+//! The candidates' order, everywhere, is probability descending with ties broken by the
+//! lower token id. Each tail cut keeps at least `min_tokens_to_keep` tokens.
+//!
+//! A different order (llama.cpp applies temperature after the cuts) is available as an
+//! explicit [`Chain`].
+//!
+//! # Semantics of edge cases
+//!
+//! - `-inf` logits are legal and mean "banned": such a token is never drawn.
+//! - NaN or `+inf` logits are refused with [`Error::NanLogit`] / [`Error::InfiniteLogit`].
+//! - A row where every token is banned gives [`Error::NoCandidates`], never a token.
+//! - Rows longer than the vocabulary are allowed; the extra (padding) entries are never
+//!   read and never returned.
+//! - Greedy takes the first maximal logit; it uses no random number.
+//!
+//! # Reproducibility
+//!
+//! Draw `n` of a sequence uses one uniform computed from ChaCha20 keyed by the seed, at
+//! block `n` ([`DrawRng`]); the `u64 -> [0, 1)` conversion is this crate's own. The
+//! same seed, parameters, history and logits give the same token on every platform,
+//! build profile, thread count and batch composition. A change of any sampled token for
+//! fixed inputs is a breaking change, and golden tests pin them.
+//!
+//! # The executable specification
+//!
+//! [`reference`] implements the whole pipeline plainly (sort everything, `f64`
+//! throughout). The fast [`Sampler`] is property-tested against it.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations)]
+
+mod adjust;
+mod bias;
+mod draw;
+mod element;
+mod error;
+mod greedy;
+mod histogram;
+mod history;
+mod logprobs;
+mod mask;
+mod min_p;
+mod params;
+mod penalty;
+mod processor;
+pub mod reference;
+mod rng;
+mod sample;
+mod sampler;
+mod scratch;
+mod top_k;
+mod top_p;
+
+pub use element::Logit;
+pub use error::Error;
+pub use half;
+pub use history::History;
+pub use mask::TokenMask;
+pub use params::{SamplingParams, SamplingParamsBuilder, MAX_LOGPROBS};
+pub use processor::LogitsProcessor;
+pub use rng::{u64_to_unit, DrawRng};
+pub use sample::{Alternative, Sample};
+pub use sampler::Sampler;
+
+/// A token id: an index into the vocabulary and the logits row.
+pub type TokenId = u32;

@@ -1,0 +1,165 @@
+//! [`TokenMask`]: the allowed-token bitset that the grammar stage applies to a logits row.
+
+use crate::error::Error;
+use crate::TokenId;
+
+/// A set of allowed token ids, stored as a bitset of `u32` words.
+///
+/// Bit `id % 32` of word `id / 32` is set when token `id` may come next. This is the layout
+/// that llguidance's `SimpleVob` and XGrammar's bitmask rows use, so an engine's mask can be
+/// copied in word by word.
+///
+/// A mask is sized for one logits row (`len` slots). It is built once and refilled every step,
+/// so the grammar stage allocates nothing per token.
+///
+/// # Example
+/// ```
+/// use logits::TokenMask;
+///
+/// let mut mask = TokenMask::new_empty(100);
+/// mask.allow(7)?;
+/// mask.allow(42)?;
+/// let mut row = vec![1.0_f32; 100];
+/// mask.apply(&mut row)?;
+/// assert_eq!(row[7], 1.0);
+/// assert_eq!(row[8], f32::NEG_INFINITY);
+/// assert_eq!(mask.count_allowed(), 2);
+/// # Ok::<(), logits::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenMask {
+    words: Vec<u32>,
+    len: usize,
+}
+
+impl TokenMask {
+    /// A mask over `len` token slots with no token allowed.
+    pub fn new_empty(len: usize) -> Self {
+        TokenMask {
+            words: vec![0; len.div_ceil(32)],
+            len,
+        }
+    }
+
+    /// A mask over `len` token slots with every token allowed.
+    pub fn new_full(len: usize) -> Self {
+        let mut mask = Self::new_empty(len);
+        mask.fill(true);
+        mask
+    }
+
+    /// Number of token slots the mask covers.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the mask covers no token slot.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bitset words, `len().div_ceil(32)` of them. Bits past `len()` are always zero.
+    pub fn words(&self) -> &[u32] {
+        &self.words
+    }
+
+    /// Mutable access to the bitset words, for engines that fill the mask directly.
+    ///
+    /// Bits past `len()` must stay zero; [`TokenMask::clear_tail`] restores that.
+    pub fn words_mut(&mut self) -> &mut [u32] {
+        &mut self.words
+    }
+
+    /// Zeroes the bits past `len()` in the last word.
+    pub fn clear_tail(&mut self) {
+        let rem = self.len % 32;
+        if rem != 0 {
+            if let Some(last) = self.words.last_mut() {
+                *last &= (1u32 << rem) - 1;
+            }
+        }
+    }
+
+    /// Sets every slot to `allowed`.
+    pub fn fill(&mut self, allowed: bool) {
+        let v = if allowed { u32::MAX } else { 0 };
+        self.words.iter_mut().for_each(|w| *w = v);
+        self.clear_tail();
+    }
+
+    /// Allows token `id`.
+    ///
+    /// # Errors
+    /// [`Error::TokenOutOfRange`] when `id >= len()`.
+    pub fn allow(&mut self, id: TokenId) -> Result<(), Error> {
+        self.set(id, true)
+    }
+
+    /// Disallows token `id`.
+    ///
+    /// # Errors
+    /// [`Error::TokenOutOfRange`] when `id >= len()`.
+    pub fn disallow(&mut self, id: TokenId) -> Result<(), Error> {
+        self.set(id, false)
+    }
+
+    fn set(&mut self, id: TokenId, allowed: bool) -> Result<(), Error> {
+        let i = id as usize;
+        if i >= self.len {
+            return Err(Error::TokenOutOfRange {
+                id,
+                vocab_size: self.len,
+            });
+        }
+        let bit = 1u32 << (i % 32);
+        if allowed {
+            self.words[i / 32] |= bit;
+        } else {
+            self.words[i / 32] &= !bit;
+        }
+        Ok(())
+    }
+
+    /// True when token `id` is allowed; false for ids past `len()`.
+    #[inline]
+    pub fn is_allowed(&self, id: TokenId) -> bool {
+        let i = id as usize;
+        i < self.len && self.words[i / 32] & (1u32 << (i % 32)) != 0
+    }
+
+    /// Number of allowed tokens.
+    pub fn count_allowed(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// Sets every disallowed entry of `logits` to `-inf`.
+    ///
+    /// Whole words that are all ones are skipped and whole words that are all zeros are
+    /// written without testing bits, so a mostly-open or mostly-closed mask costs little
+    /// more than one pass over its words.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `logits.len() != len()`.
+    pub fn apply(&self, logits: &mut [f32]) -> Result<(), Error> {
+        if logits.len() != self.len {
+            return Err(Error::LengthMismatch {
+                expected: self.len,
+                actual: logits.len(),
+            });
+        }
+        for (chunk, &word) in logits.chunks_mut(32).zip(&self.words) {
+            match word {
+                u32::MAX => {}
+                0 => chunk.iter_mut().for_each(|l| *l = f32::NEG_INFINITY),
+                _ => {
+                    for (j, l) in chunk.iter_mut().enumerate() {
+                        if word & (1u32 << j) == 0 {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,36 @@
+//! [`Scratch`]: the buffers one sampler reuses on every step.
+
+use crate::TokenId;
+
+/// Reusable buffers, sized once for a vocabulary and reused by every step, so sampling
+/// allocates nothing once warm. Owned by a [`Sampler`](crate::Sampler).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Scratch {
+    /// The adjusted `f32` row.
+    pub(crate) logits: Vec<f32>,
+    /// Per-token occurrence counts for the penalties; all zero between steps.
+    pub(crate) counts: Vec<u32>,
+    /// Per-token histogram bucket.
+    pub(crate) bucket: Vec<u16>,
+    /// Candidates, sorted by logit descending then id ascending.
+    pub(crate) cand: Vec<(f32, TokenId)>,
+    /// The candidates' weights `exp((l - max) / T)`, same order.
+    pub(crate) weight: Vec<f64>,
+    /// Histogram: count and mass per bucket.
+    pub(crate) hist_count: Vec<u32>,
+    pub(crate) hist_mass: Vec<f64>,
+}
+
+impl Scratch {
+    pub(crate) fn new(vocab_size: usize) -> Self {
+        Scratch {
+            logits: vec![0.0; vocab_size],
+            counts: vec![0; vocab_size],
+            bucket: vec![0; vocab_size],
+            cand: Vec::with_capacity(vocab_size),
+            weight: Vec::with_capacity(vocab_size),
+            hist_count: vec![0; crate::histogram::BUCKETS],
+            hist_mass: vec![0.0; crate::histogram::BUCKETS],
+        }
+    }
+}
