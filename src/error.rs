@@ -64,6 +64,9 @@ pub enum Error {
     /// nothing to draw from.
     #[error("no candidate token: every logit is -inf after the adjustments")]
     NoCandidates,
+    /// A configuration file (such as `generation_config.json`) could not be read.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
     /// A custom [`Chain`](crate::Chain) is not well formed.
     #[error("invalid chain: {0}")]
     InvalidChain(&'static str),

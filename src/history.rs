@@ -65,3 +65,70 @@ impl<'a> History<'a> {
         }
     }
 }
+
+/// The token history a [`Sampler`](crate::Sampler) or [`Chain`](crate::Chain) owns.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Sequence {
+    tokens: Vec<TokenId>,
+    prompt_len: usize,
+}
+
+impl Sequence {
+    pub(crate) fn view(&self) -> History<'_> {
+        History::new(&self.tokens, self.prompt_len)
+    }
+
+    pub(crate) fn step(&self) -> u64 {
+        (self.tokens.len() - self.prompt_len) as u64
+    }
+
+    pub(crate) fn push_prompt(
+        &mut self,
+        tokens: &[TokenId],
+        vocab_size: usize,
+    ) -> Result<(), crate::Error> {
+        if self.tokens.len() != self.prompt_len {
+            return Err(crate::Error::InvalidParameter {
+                name: "prompt",
+                value: self.step() as f64,
+                expected: "prompt tokens before any generated token",
+            });
+        }
+        check_ids(tokens, vocab_size)?;
+        self.tokens.extend_from_slice(tokens);
+        self.prompt_len = self.tokens.len();
+        Ok(())
+    }
+
+    pub(crate) fn accept(&mut self, token: TokenId, vocab_size: usize) -> Result<(), crate::Error> {
+        check_ids(&[token], vocab_size)?;
+        self.tokens.push(token);
+        Ok(())
+    }
+
+    /// Appends a token the sampler itself drew (already inside the vocabulary).
+    pub(crate) fn push_drawn(&mut self, token: TokenId) {
+        self.tokens.push(token);
+    }
+
+    pub(crate) fn rollback(&mut self, n: usize) {
+        let keep = self.tokens.len().saturating_sub(n).max(self.prompt_len);
+        self.tokens.truncate(keep);
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.tokens.clear();
+        self.prompt_len = 0;
+    }
+
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.tokens.reserve(additional);
+    }
+}
+
+fn check_ids(tokens: &[TokenId], vocab_size: usize) -> Result<(), crate::Error> {
+    match tokens.iter().find(|&&id| id as usize >= vocab_size) {
+        Some(&id) => Err(crate::Error::TokenOutOfRange { id, vocab_size }),
+        None => Ok(()),
+    }
+}

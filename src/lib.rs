@@ -82,10 +82,16 @@
 #![warn(missing_debug_implementations)]
 
 mod adjust;
+mod batch;
 mod bias;
+mod candidates;
+mod chain;
 mod draw;
 mod element;
 mod error;
+#[cfg(feature = "serde")]
+mod generation_config;
+pub mod grammar;
 mod greedy;
 mod histogram;
 mod history;
@@ -100,19 +106,32 @@ mod rng;
 mod sample;
 mod sampler;
 mod scratch;
+mod temperature;
 mod top_k;
 mod top_p;
 
+pub use batch::BatchSampler;
+pub use bias::LogitBias;
+pub use candidates::Candidates;
+pub use chain::{Chain, ChainBuilder, Stage, StageContext};
 pub use element::Logit;
 pub use error::Error;
+#[cfg(feature = "serde")]
+pub use generation_config::GenerationConfig;
 pub use half;
 pub use history::History;
 pub use mask::TokenMask;
+pub use min_p::MinP;
 pub use params::{SamplingParams, SamplingParamsBuilder, MAX_LOGPROBS};
+pub use penalty::Penalties;
 pub use processor::LogitsProcessor;
 pub use rng::{u64_to_unit, DrawRng};
 pub use sample::{Alternative, Sample};
 pub use sampler::Sampler;
+pub use temperature::Temperature;
+pub use top_k::TopK;
+pub use top_p::TopP;
 
 /// A token id: an index into the vocabulary and the logits row.
 pub type TokenId = u32;
+pub mod stop;

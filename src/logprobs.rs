@@ -9,10 +9,7 @@ pub(crate) fn log_sum_exp<T: Logit>(row: &[T], max: f32) -> f64 {
         return f64::NEG_INFINITY;
     }
     let m = f64::from(max);
-    let z: f64 = row
-        .iter()
-        .map(|&x| (f64::from(x.to_f32()) - m).exp())
-        .sum();
+    let z: f64 = row.iter().map(|&x| (f64::from(x.to_f32()) - m).exp()).sum();
     m + z.ln()
 }
 
@@ -34,4 +31,27 @@ pub(crate) fn top_n<T: Logit>(row: &[T], out: &mut [(f32, TokenId)]) -> usize {
         out[pos] = (l, i as TokenId);
     }
     len
+}
+
+/// Fills `out.raw_logprob` and `n_alt` alternatives; `final_logprob` gives a token's
+/// logprob in the final distribution.
+pub(crate) fn fill<T: Logit>(
+    row: &[T],
+    raw_max: f32,
+    n_alt: usize,
+    out: &mut crate::Sample,
+    final_logprob: impl Fn(TokenId) -> f32,
+) {
+    let lse = log_sum_exp(row, raw_max);
+    out.raw_logprob = Some((f64::from(row[out.token as usize].to_f32()) - lse) as f32);
+    let mut top = [(0.0f32, 0 as TokenId); crate::MAX_LOGPROBS];
+    let n_alt = n_alt.min(crate::MAX_LOGPROBS);
+    let found = top_n(row, &mut top[..n_alt]);
+    for &(l, id) in &top[..found] {
+        out.push_alternative(crate::Alternative {
+            token: id,
+            raw_logprob: (f64::from(l) - lse) as f32,
+            logprob: final_logprob(id),
+        });
+    }
 }

@@ -240,7 +240,11 @@ impl SamplingParamsBuilder {
     /// Adds `bias` to token `id`'s logit; `-inf` bans the token. A later bias for the same
     /// id replaces the earlier one. Valid: finite or `-inf`.
     pub fn logit_bias(mut self, id: TokenId, bias: f32) -> Self {
-        match self.params.logit_bias.binary_search_by_key(&id, |&(t, _)| t) {
+        match self
+            .params
+            .logit_bias
+            .binary_search_by_key(&id, |&(t, _)| t)
+        {
             Ok(i) => self.params.logit_bias[i].1 = bias,
             Err(i) => self.params.logit_bias.insert(i, (id, bias)),
         }
@@ -304,7 +308,11 @@ impl SamplingParamsBuilder {
             );
         }
         if !p.presence_penalty.is_finite() {
-            return bad("presence_penalty", p.presence_penalty.into(), "a finite value");
+            return bad(
+                "presence_penalty",
+                p.presence_penalty.into(),
+                "a finite value",
+            );
         }
         if let Some(&(_, b)) = p
             .logit_bias

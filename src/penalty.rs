@@ -32,3 +32,108 @@ pub(crate) fn apply(
         *x -= c as f32 * freq + presence;
     }
 }
+
+/// The penalty stage of a [`Chain`](crate::Chain): repetition, frequency and presence
+/// penalties over the history, with the same semantics as in
+/// [`SamplingParams`](crate::SamplingParams).
+///
+/// # Example
+/// ```
+/// use logits::Penalties;
+/// let p = Penalties::new(1.1, 0.0, 0.5)?.window(64).penalize_prompt(false);
+/// assert!(Penalties::new(0.0, 0.0, 0.0).is_err());
+/// # Ok::<(), logits::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Penalties {
+    params: SamplingParams,
+    counts: Vec<u32>,
+}
+
+impl Penalties {
+    /// # Errors
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) for a repetition
+    /// penalty that is not finite and `> 0`, or a non-finite frequency or presence
+    /// penalty.
+    pub fn new(repetition: f32, frequency: f32, presence: f32) -> Result<Self, crate::Error> {
+        let params = SamplingParams::builder()
+            .repetition_penalty(repetition)
+            .frequency_penalty(frequency)
+            .presence_penalty(presence)
+            .build()?;
+        Ok(Penalties {
+            params,
+            counts: Vec::new(),
+        })
+    }
+
+    /// Count only the last `n` history tokens.
+    pub fn window(mut self, n: usize) -> Self {
+        self.params.penalty_window = Some(n);
+        self
+    }
+
+    /// Whether prompt tokens count (default true).
+    pub fn penalize_prompt(mut self, yes: bool) -> Self {
+        self.params.penalize_prompt = yes;
+        self
+    }
+}
+
+impl crate::chain::Stage for Penalties {
+    fn name(&self) -> &'static str {
+        "penalties"
+    }
+
+    fn apply(
+        &mut self,
+        c: &mut crate::Candidates,
+        ctx: &crate::StageContext<'_>,
+    ) -> Result<(), crate::Error> {
+        if !self.params.has_penalties() {
+            return Ok(());
+        }
+        let window = ctx
+            .history
+            .penalized(self.params.penalty_window(), self.params.penalize_prompt());
+        if c.is_dense() {
+            if self.counts.len() < c.len() {
+                self.counts.resize(c.len(), 0);
+            }
+            if let Some(&id) = window.iter().find(|&&id| id as usize >= c.len()) {
+                return Err(crate::Error::TokenOutOfRange {
+                    id,
+                    vocab_size: c.len(),
+                });
+            }
+            apply(c.logits_mut(), window, &self.params, &mut self.counts);
+            return Ok(());
+        }
+        // A reordered set: penalise each distinct seen token once, through lookups.
+        let max_id = window.iter().copied().max().map_or(0, |m| m as usize + 1);
+        if self.counts.len() < max_id {
+            self.counts.resize(max_id, 0);
+        }
+        for &id in window {
+            self.counts[id as usize] += 1;
+        }
+        let r = self.params.repetition_penalty();
+        let (f, p) = (
+            self.params.frequency_penalty(),
+            self.params.presence_penalty(),
+        );
+        for &id in window {
+            let n = std::mem::take(&mut self.counts[id as usize]);
+            if n == 0 {
+                continue;
+            }
+            if let Some(x) = c.logit_of_mut(id) {
+                if r != 1.0 {
+                    *x = if *x > 0.0 { *x / r } else { *x * r };
+                }
+                *x -= n as f32 * f + p;
+            }
+        }
+        Ok(())
+    }
+}

@@ -284,7 +284,10 @@ pub fn sample(
     let s = survivors(&adjusted, params)?;
     let token = draw(&s, u);
     let total: f64 = s.iter().map(Candidate::weight).sum();
-    let w = s.iter().find(|x| x.id == token).map_or(0.0, Candidate::weight);
+    let w = s
+        .iter()
+        .find(|x| x.id == token)
+        .map_or(0.0, Candidate::weight);
     Ok((token, (w / total).ln()))
 }
 

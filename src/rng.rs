@@ -32,6 +32,13 @@ impl DrawRng {
         }
     }
 
+    /// The source for `seed` on ChaCha stream `stream` (the draw itself uses stream 0).
+    pub fn with_stream(seed: u64, stream: u64) -> Self {
+        let mut r = Self::new(seed);
+        r.rng.set_stream(stream);
+        r
+    }
+
     /// The raw 64-bit word of draw `step`.
     pub fn word(&mut self, step: u64) -> u64 {
         self.rng.set_word_pos(u128::from(step) * 16);

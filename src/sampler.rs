@@ -2,15 +2,15 @@
 
 use crate::element::Logit;
 use crate::error::Error;
-use crate::history::History;
+use crate::history::{History, Sequence};
 use crate::mask::TokenMask;
-use crate::params::{SamplingParams, MAX_LOGPROBS};
+use crate::params::SamplingParams;
 use crate::processor::LogitsProcessor;
 use crate::rng::DrawRng;
-use crate::sample::{Alternative, Sample};
+use crate::sample::Sample;
 use crate::scratch::Scratch;
-use crate::{adjust, bias, draw, greedy, histogram, logprobs, min_p, penalty, top_k, top_p};
 use crate::TokenId;
+use crate::{adjust, bias, draw, greedy, histogram, logprobs, min_p, penalty, top_k, top_p};
 
 /// Samples the tokens of one sequence.
 ///
@@ -40,8 +40,7 @@ use crate::TokenId;
 pub struct Sampler {
     params: SamplingParams,
     vocab_size: usize,
-    tokens: Vec<TokenId>,
-    prompt_len: usize,
+    seq: Sequence,
     processors: Vec<Box<dyn LogitsProcessor>>,
     rng: DrawRng,
     scratch: Scratch,
@@ -90,8 +89,7 @@ impl Sampler {
             rng: DrawRng::new(params.seed()),
             params,
             vocab_size,
-            tokens: Vec::new(),
-            prompt_len: 0,
+            seq: Sequence::default(),
             processors: Vec::new(),
             scratch: Scratch::new(vocab_size),
         })
@@ -118,17 +116,7 @@ impl Sampler {
     /// [`Error::TokenOutOfRange`] for an id `>= vocab_size`; [`Error::InvalidParameter`]
     /// when tokens were already generated.
     pub fn push_prompt(&mut self, tokens: &[TokenId]) -> Result<(), Error> {
-        if self.tokens.len() != self.prompt_len {
-            return Err(Error::InvalidParameter {
-                name: "prompt",
-                value: self.prompt_len as f64,
-                expected: "prompt tokens before any generated token",
-            });
-        }
-        self.check_ids(tokens)?;
-        self.tokens.extend_from_slice(tokens);
-        self.prompt_len = self.tokens.len();
-        Ok(())
+        self.seq.push_prompt(tokens, self.vocab_size)
     }
 
     /// Records a generated token that was not drawn by this sampler (a token forced by a
@@ -138,33 +126,29 @@ impl Sampler {
     /// # Errors
     /// [`Error::TokenOutOfRange`] for an id `>= vocab_size`.
     pub fn accept(&mut self, token: TokenId) -> Result<(), Error> {
-        self.check_ids(&[token])?;
-        self.tokens.push(token);
-        Ok(())
+        self.seq.accept(token, self.vocab_size)
     }
 
     /// Removes the last `n` generated tokens (at most all of them); the next draw uses the
     /// same uniform as when those tokens were first drawn.
     pub fn rollback(&mut self, n: usize) {
-        let keep = self.tokens.len().saturating_sub(n).max(self.prompt_len);
-        self.tokens.truncate(keep);
+        self.seq.rollback(n);
     }
 
     /// Forgets the history (prompt and generated tokens); parameters and buffers stay.
     pub fn reset(&mut self) {
-        self.tokens.clear();
-        self.prompt_len = 0;
+        self.seq.reset();
     }
 
     /// Reserves room for `additional` more history tokens, so that no later step
     /// allocates.
     pub fn reserve(&mut self, additional: usize) {
-        self.tokens.reserve(additional);
+        self.seq.reserve(additional);
     }
 
     /// The sequence's tokens so far.
     pub fn history(&self) -> History<'_> {
-        History::new(&self.tokens, self.prompt_len)
+        self.seq.view()
     }
 
     /// Samples the next token from one row of logits and appends it to the history.
@@ -194,16 +178,6 @@ impl Sampler {
         self.sample_impl(logits, Some(mask))
     }
 
-    fn check_ids(&self, tokens: &[TokenId]) -> Result<(), Error> {
-        match tokens.iter().find(|&&id| id as usize >= self.vocab_size) {
-            Some(&id) => Err(Error::TokenOutOfRange {
-                id,
-                vocab_size: self.vocab_size,
-            }),
-            None => Ok(()),
-        }
-    }
-
     fn sample_impl<T: Logit>(
         &mut self,
         row: &[T],
@@ -231,22 +205,14 @@ impl Sampler {
         let raw_max = adjust::convert_checked(row, &mut self.scratch.logits)?;
         let max = self.adjust(raw_max, mask)?;
         let survivors = self.cut(max)?;
-        let step = (self.tokens.len() - self.prompt_len) as u64;
+        let step = self.seq.step();
         let mut out = self.draw(survivors, max, step);
         if let Some(n_alt) = self.params.logprobs() {
-            let lse = logprobs::log_sum_exp(row, raw_max);
-            out.raw_logprob = Some((f64::from(row[out.token as usize].to_f32()) - lse) as f32);
-            let mut top = [(0.0f32, 0 as TokenId); MAX_LOGPROBS];
-            let found = logprobs::top_n(row, &mut top[..n_alt]);
-            for &(l, id) in &top[..found] {
-                out.push_alternative(Alternative {
-                    token: id,
-                    raw_logprob: (f64::from(l) - lse) as f32,
-                    logprob: self.final_logprob(&survivors, max, id),
-                });
-            }
+            logprobs::fill(row, raw_max, n_alt, &mut out, |id| {
+                self.final_logprob(&survivors, max, id)
+            });
         }
-        self.tokens.push(out.token);
+        self.seq.push_drawn(out.token);
         Ok(out)
     }
 
@@ -256,7 +222,7 @@ impl Sampler {
         let mut changed = bias::apply(logits, self.params.logit_bias());
         changed |= !self.params.logit_bias().is_empty();
         if self.params.has_penalties() {
-            let history = History::new(&self.tokens, self.prompt_len);
+            let history = self.seq.view();
             let window =
                 history.penalized(self.params.penalty_window(), self.params.penalize_prompt());
             if !window.is_empty() {
@@ -269,7 +235,7 @@ impl Sampler {
             changed = true;
         }
         if !self.processors.is_empty() {
-            let history = History::new(&self.tokens, self.prompt_len);
+            let history = self.seq.view();
             for p in &self.processors {
                 p.process(logits, &history)?;
             }

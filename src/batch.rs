@@ -1,0 +1,109 @@
+//! [`BatchSampler`]: many sequences at once, each with its own parameters and state.
+
+use crate::element::Logit;
+use crate::error::Error;
+use crate::sample::Sample;
+use crate::sampler::Sampler;
+
+/// Samples one token for each of `B` sequences from a `[B, row_len]` block of logits.
+///
+/// Each row has its own [`Sampler`]: its own parameters, seed, history and scratch. A
+/// row's result depends only on its own sampler and its own row, never on the other rows,
+/// the batch size or the order of the rows, since draw `n` of a sequence is keyed by
+/// `(seed, n)`.
+///
+/// # Example
+/// ```
+/// use logits::{BatchSampler, Sampler, SamplingParams};
+///
+/// let rows = vec![
+///     Sampler::new(SamplingParams::greedy(), 3)?,
+///     Sampler::new(SamplingParams::builder().seed(9).build()?, 3)?,
+/// ];
+/// let mut batch = BatchSampler::new(rows);
+/// let logits = [0.0f32, 2.0, 1.0, /* row 2 */ 5.0, 0.0, 0.0];
+/// let out = batch.sample(&logits, 3)?;
+/// assert_eq!(out[0].as_ref().unwrap().token, 1);
+/// # Ok::<(), logits::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct BatchSampler {
+    samplers: Vec<Sampler>,
+    results: Vec<Result<Sample, Error>>,
+}
+
+impl BatchSampler {
+    /// A batch of the given per-row samplers.
+    pub fn new(samplers: Vec<Sampler>) -> Self {
+        let results = Vec::with_capacity(samplers.len());
+        BatchSampler { samplers, results }
+    }
+
+    /// The per-row samplers.
+    pub fn samplers(&self) -> &[Sampler] {
+        &self.samplers
+    }
+
+    /// The per-row samplers, to push prompts or change rows between steps.
+    pub fn samplers_mut(&mut self) -> &mut Vec<Sampler> {
+        &mut self.samplers
+    }
+
+    /// Samples every row of `logits` (`B` rows of `row_len`, row-major). Row `i`'s result
+    /// is at index `i`; a row's error does not affect the others.
+    ///
+    /// With the `rayon` feature the rows are sampled in parallel, with results identical
+    /// to the sequential path.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `logits.len() != B * row_len`.
+    pub fn sample<T: Logit>(
+        &mut self,
+        logits: &[T],
+        row_len: usize,
+    ) -> Result<&[Result<Sample, Error>], Error> {
+        let expected = self.samplers.len().saturating_mul(row_len);
+        if logits.len() != expected || (row_len == 0 && !self.samplers.is_empty()) {
+            return Err(Error::LengthMismatch {
+                expected,
+                actual: logits.len(),
+            });
+        }
+        self.results.clear();
+        self.results
+            .resize(self.samplers.len(), Err(Error::EmptyVocabulary));
+        sample_rows(&mut self.samplers, logits, row_len, &mut self.results);
+        Ok(&self.results)
+    }
+}
+
+#[cfg(not(feature = "rayon"))]
+fn sample_rows<T: Logit>(
+    samplers: &mut [Sampler],
+    logits: &[T],
+    row_len: usize,
+    results: &mut [Result<Sample, Error>],
+) {
+    for ((s, row), r) in samplers
+        .iter_mut()
+        .zip(logits.chunks_exact(row_len))
+        .zip(results)
+    {
+        *r = s.sample(row);
+    }
+}
+
+#[cfg(feature = "rayon")]
+fn sample_rows<T: Logit>(
+    samplers: &mut [Sampler],
+    logits: &[T],
+    row_len: usize,
+    results: &mut [Result<Sample, Error>],
+) {
+    use rayon::prelude::*;
+    samplers
+        .par_iter_mut()
+        .zip(logits.par_chunks_exact(row_len))
+        .zip(results.par_iter_mut())
+        .for_each(|((s, row), r)| *r = s.sample(row));
+}
