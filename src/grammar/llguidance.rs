@@ -1,0 +1,290 @@
+//! Regex, JSON-schema and Lark constraints through the [llguidance] engine (cargo feature
+//! `llguidance`).
+//!
+//! [`LlgEngine`] is built once per vocabulary: it turns the [`Vocab`] into llguidance's
+//! token trie (text tokens as their bytes, special tokens as `0xFF` + name, padding as
+//! empty) and precomputes the vocabulary slices llguidance uses for dense masks. On
+//! Qwen3 this takes about half a second and some 70 MiB. Compiling a grammar is then
+//! sub-millisecond to a few milliseconds.
+//!
+//! The engine is fed from the vocabulary's bytes only; it does not load the Hugging Face
+//! tokenizer. Where llguidance forces a run of bytes it tokenizes them by greedy longest
+//! match, and its masks allow every token whose bytes fit the grammar, not only the
+//! tokenizer's canonical split.
+//!
+//! Commits use llguidance's validating `try_consume_tokens`, so a rejected token leaves
+//! the matcher unchanged instead of putting it in an error state.
+//!
+//! The single-byte token `0xFF` (Qwen3 id 187) is never allowed: llguidance reserves that
+//! byte as its special-token marker. No valid UTF-8 text contains it.
+//!
+//! [llguidance]: https://github.com/guidance-ai/llguidance
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
+
+use crate::grammar::constraint::{Constraint, Status};
+use crate::grammar::error::{GrammarError, GrammarKind};
+use crate::grammar::vocab::{TokenKind, Vocab};
+use crate::mask::TokenMask;
+use crate::TokenId;
+
+/// The llguidance engine for one vocabulary. Build it once per model and share it; it
+/// is `Send + Sync`.
+///
+/// # Example
+/// ```
+/// use std::sync::Arc;
+/// use logits::grammar::{GrammarMask, LlgEngine, Status, TokenKind, Vocab};
+///
+/// let mut tokens: Vec<Vec<u8>> = (0u8..128).map(|b| vec![b]).collect();
+/// let mut kinds = vec![TokenKind::Text; 128];
+/// tokens.push(b"<eos>".to_vec());
+/// kinds.push(TokenKind::Special);
+/// let vocab = Arc::new(Vocab::new(tokens, kinds, vec![128])?);
+///
+/// let engine = LlgEngine::new(vocab.clone())?;
+/// let mut stage = GrammarMask::new(Box::new(engine.regex("[0-9]{2}")?), vocab);
+/// assert_eq!(stage.compute()?.0.count_allowed(), 10);
+/// stage.commit(b'4' as u32)?;
+/// stage.commit(b'2' as u32)?;
+/// assert_eq!(stage.compute()?.1, Status::OnlyEos);
+/// # Ok::<(), logits::grammar::GrammarError>(())
+/// ```
+#[derive(Clone)]
+pub struct LlgEngine {
+    vocab: Arc<Vocab>,
+    factory: Arc<ParserFactory>,
+}
+
+impl std::fmt::Debug for LlgEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlgEngine")
+            .field("vocab_len", &self.vocab.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn engine_err(e: impl std::fmt::Display) -> GrammarError {
+    GrammarError::Engine(e.to_string())
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_owned()
+    }
+}
+
+/// Sorts a compile error into "unsupported feature" or "invalid grammar".
+fn compile_err(kind: GrammarKind, e: impl std::fmt::Display) -> GrammarError {
+    let message = e.to_string();
+    let lower = message.to_lowercase();
+    let unsupported = [
+        "not supported",
+        "unsupported",
+        "unimplemented",
+        "unknown format",
+    ]
+    .iter()
+    .any(|m| lower.contains(m));
+    if unsupported {
+        GrammarError::Unsupported { kind, message }
+    } else {
+        GrammarError::InvalidGrammar { kind, message }
+    }
+}
+
+impl LlgEngine {
+    /// Builds the engine for `vocab`.
+    ///
+    /// # Errors
+    /// [`GrammarError::Engine`] when llguidance refuses the vocabulary (for example two
+    /// tokens with the same bytes).
+    pub fn new(vocab: Arc<Vocab>) -> Result<Self, GrammarError> {
+        let n = vocab.len();
+        let words: Vec<Vec<u8>> = (0..n as TokenId)
+            .map(|id| match vocab.kind(id) {
+                Some(TokenKind::Text) => vocab.bytes(id).to_vec(),
+                Some(TokenKind::Special) => {
+                    let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+                    w.extend_from_slice(vocab.bytes(id));
+                    w
+                }
+                _ => Vec::new(),
+            })
+            .collect();
+        let eos = vocab.eos().to_vec();
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            let info = TokRxInfo::new(n as u32, eos[0]);
+            let trie = TokTrie::from(&info, &words).with_eos_tokens(&eos);
+            let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+            ParserFactory::new_simple(&env)
+        }))
+        .map_err(|p| GrammarError::Engine(panic_message(p.as_ref())))?;
+        let mut factory = built.map_err(engine_err)?;
+        factory.quiet();
+        Ok(LlgEngine {
+            vocab,
+            factory: Arc::new(factory),
+        })
+    }
+
+    /// The vocabulary the engine was built for.
+    pub fn vocab(&self) -> &Arc<Vocab> {
+        &self.vocab
+    }
+
+    /// Compiles a regular expression (Rust `regex` syntax without look-around; the whole
+    /// output must match).
+    ///
+    /// # Errors
+    /// [`GrammarError::InvalidGrammar`] or [`GrammarError::Unsupported`] naming the
+    /// problem.
+    pub fn regex(&self, regex: &str) -> Result<LlgConstraint, GrammarError> {
+        self.compile(
+            GrammarKind::Regex,
+            Ok(TopLevelGrammar::from_regex(regex)),
+            String::new(),
+        )
+    }
+
+    /// Compiles a JSON schema (JSON text). Unsupported keywords are errors, not ignored.
+    /// Whitespace between JSON tokens is flexible, as llguidance's default.
+    ///
+    /// # Errors
+    /// [`GrammarError::InvalidGrammar`] when the text is not JSON or not a valid schema,
+    /// [`GrammarError::Unsupported`] for a keyword or format llguidance does not implement.
+    pub fn json_schema(&self, schema: &str) -> Result<LlgConstraint, GrammarError> {
+        self.compile(
+            GrammarKind::JsonSchema,
+            TopLevelGrammar::from_tagged_str("json_schema", schema)
+                .map_err(|e| format!("the schema is not valid JSON: {e}")),
+            String::new(),
+        )
+    }
+
+    /// Compiles a Lark-style context-free grammar (llguidance's dialect: regex terminals,
+    /// `%json`, special tokens written `<|im_end|>` or `<[151645]>`).
+    ///
+    /// # Errors
+    /// [`GrammarError::InvalidGrammar`] or [`GrammarError::Unsupported`] naming the
+    /// problem.
+    pub fn lark(&self, grammar: &str) -> Result<LlgConstraint, GrammarError> {
+        self.compile(
+            GrammarKind::Lark,
+            Ok(TopLevelGrammar::from_lark(grammar.to_owned())),
+            grammar.to_owned(),
+        )
+    }
+
+    fn compile(
+        &self,
+        kind: GrammarKind,
+        grammar: Result<TopLevelGrammar, String>,
+        source: String,
+    ) -> Result<LlgConstraint, GrammarError> {
+        let grammar = grammar.map_err(|e| compile_err(kind, e))?;
+        let factory = &self.factory;
+        let parser = catch_unwind(AssertUnwindSafe(|| factory.create_parser(grammar)))
+            .map_err(|p| compile_err(kind, panic_message(p.as_ref())))?
+            .map_err(|e| compile_err(kind, e))?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(compile_err(kind, e));
+        }
+        // Special tokens the grammar names, by name or as `<[id]>`. llguidance itself
+        // decides whether they are reachable; this list only keeps the stage from removing
+        // them.
+        let named = self
+            .vocab
+            .special_tokens()
+            .iter()
+            .copied()
+            .filter(|&id| {
+                !source.is_empty()
+                    && (std::str::from_utf8(self.vocab.bytes(id))
+                        .is_ok_and(|name| source.contains(name))
+                        || source.contains(&format!("<[{id}]>")))
+            })
+            .collect();
+        Ok(LlgConstraint { matcher, named })
+    }
+}
+
+/// A compiled llguidance grammar: the per-sequence state. Cloning is cheap and shares
+/// llguidance's lazily built lexer, so a compiled grammar can be cloned per request.
+#[derive(Clone)]
+pub struct LlgConstraint {
+    matcher: Matcher,
+    named: Vec<TokenId>,
+}
+
+impl std::fmt::Debug for LlgConstraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlgConstraint")
+            .field("named", &self.named)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LlgConstraint {
+    fn check(&self) -> Result<(), GrammarError> {
+        match self.matcher.get_error() {
+            Some(e) => Err(GrammarError::Engine(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Constraint for LlgConstraint {
+    fn fill_mask(&mut self, mask: &mut TokenMask) -> Result<Status, GrammarError> {
+        self.check()?;
+        if self.matcher.is_stopped() {
+            return Ok(Status::OnlyEos);
+        }
+        let vob = self.matcher.compute_mask().map_err(engine_err)?;
+        let src = vob.as_slice();
+        let dst = mask.words_mut();
+        let n = src.len().min(dst.len());
+        dst[..n].copy_from_slice(&src[..n]);
+        self.status()
+    }
+
+    fn commit(&mut self, token: TokenId) -> Result<(), GrammarError> {
+        self.check()?;
+        match self.matcher.try_consume_tokens(&[token]) {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(GrammarError::TokenRejected { token }),
+            Err(e) => Err(engine_err(e)),
+        }
+    }
+
+    fn status(&mut self) -> Result<Status, GrammarError> {
+        self.check()?;
+        if self.matcher.is_stopped() {
+            return Ok(Status::OnlyEos);
+        }
+        Ok(if self.matcher.is_accepting().map_err(engine_err)? {
+            Status::OpenAccepting
+        } else {
+            Status::Open
+        })
+    }
+
+    fn rollback(&mut self, n: usize) -> Result<(), GrammarError> {
+        self.check()?;
+        self.matcher.rollback(n).map_err(engine_err)
+    }
+
+    fn named_special_tokens(&self) -> Vec<TokenId> {
+        self.named.clone()
+    }
+}
