@@ -82,13 +82,19 @@
 #![warn(missing_debug_implementations)]
 
 mod adjust;
+mod allowed_tokens;
+mod bad_words;
 mod batch;
 mod bias;
 mod candidates;
 mod chain;
 mod draw;
+mod dry;
+mod dynamic_temperature;
 mod element;
+mod epsilon_cutoff;
 mod error;
+mod eta_cutoff;
 #[cfg(feature = "serde")]
 mod generation_config;
 pub mod grammar;
@@ -97,7 +103,10 @@ mod histogram;
 mod history;
 mod logprobs;
 mod mask;
+mod min_new_tokens;
 mod min_p;
+mod mirostat;
+mod no_repeat_ngram;
 mod params;
 mod penalty;
 mod processor;
@@ -108,20 +117,32 @@ mod sampler;
 mod scratch;
 mod temperature;
 mod top_k;
+mod top_n_sigma;
 mod top_p;
+mod typical_p;
+mod xtc;
 
+pub use allowed_tokens::AllowedTokens;
+pub use bad_words::BadWords;
 pub use batch::BatchSampler;
 pub use bias::LogitBias;
 pub use candidates::Candidates;
 pub use chain::{Chain, ChainBuilder, Stage, StageContext};
+pub use dry::Dry;
+pub use dynamic_temperature::DynamicTemperature;
 pub use element::Logit;
+pub use epsilon_cutoff::EpsilonCutoff;
 pub use error::Error;
+pub use eta_cutoff::EtaCutoff;
 #[cfg(feature = "serde")]
 pub use generation_config::GenerationConfig;
 pub use half;
 pub use history::History;
 pub use mask::TokenMask;
+pub use min_new_tokens::MinNewTokens;
 pub use min_p::MinP;
+pub use mirostat::{Mirostat, MirostatV2};
+pub use no_repeat_ngram::NoRepeatNGram;
 pub use params::{SamplingParams, SamplingParamsBuilder, MAX_LOGPROBS};
 pub use penalty::Penalties;
 pub use processor::LogitsProcessor;
@@ -130,7 +151,10 @@ pub use sample::{Alternative, Sample};
 pub use sampler::Sampler;
 pub use temperature::Temperature;
 pub use top_k::TopK;
+pub use top_n_sigma::TopNSigma;
 pub use top_p::TopP;
+pub use typical_p::TypicalP;
+pub use xtc::Xtc;
 
 /// A token id: an index into the vocabulary and the logits row.
 pub type TokenId = u32;

@@ -1,0 +1,178 @@
+//! Locally typical sampling (Meister et al., arXiv 2202.00666), with Hugging Face's
+//! `TypicalLogitsWarper` semantics.
+
+use crate::candidates::Candidates;
+use crate::chain::{Stage, StageContext};
+use crate::error::Error;
+use crate::TokenId;
+
+/// Below this many keys the weighted selection finishes with a plain sort.
+const SMALL: usize = 32;
+
+/// `(shifted, weight, id)`: a candidate's distance from the entropy, its weight and id.
+type Key = (f64, f64, TokenId);
+
+fn key_order(a: &Key, b: &Key) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then(a.2.cmp(&b.2))
+}
+
+/// The smallest key `k` (in `(shifted, id)` order) such that the weights of every key
+/// `<= k` sum to at least `target`; the largest key when rounding leaves `target`
+/// unreached. Expected `O(n)`: quickselect on the keys, no full sort. `keys` is
+/// permuted. Returns `None` for no keys.
+pub(crate) fn weighted_threshold(keys: &mut [Key], target: f64) -> Option<Key> {
+    let (mut lo, mut hi, mut acc) = (0usize, keys.len(), 0.0f64);
+    loop {
+        let s = &mut keys[lo..hi];
+        if s.len() <= SMALL {
+            s.sort_unstable_by(key_order);
+            for k in s.iter() {
+                acc += k.1;
+                if acc >= target {
+                    return Some(*k);
+                }
+            }
+            return s.last().copied();
+        }
+        let mid = s.len() / 2;
+        s.select_nth_unstable_by(mid, key_order);
+        let left: f64 = s[..=mid].iter().map(|k| k.1).sum();
+        if acc + left >= target {
+            hi = lo + mid + 1;
+        } else {
+            acc += left;
+            lo += mid + 1;
+        }
+    }
+}
+
+/// Entropy `H = -sum p ln p` of the candidates' distribution (nats, `f64`), from their
+/// weights (as [`Candidates::weights`] writes them) and total. Zero weights add nothing.
+pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
+    let (max, t, ln_total) = (f64::from(c.max_logit()), c.temperature(), total.ln());
+    let mut h = 0.0;
+    for (&l, &w) in c.logits().iter().zip(weights) {
+        if w > 0.0 {
+            let logp = (f64::from(l) - max) / t - ln_total;
+            h -= (w / total) * logp;
+        }
+    }
+    h
+}
+
+/// The typical-p stage of a [`Chain`](crate::Chain) (locally typical sampling; Hugging
+/// Face `typical_p`, llama.cpp `typ_p`).
+///
+/// With `p_i` the candidates' probabilities (after the temperature applied so far),
+/// `H = -sum p_i ln p_i` the entropy and `d_i = |-ln p_i - H|` each token's distance from
+/// it, the candidates are ordered by `d_i` ascending (ties by lower id) and the shortest
+/// prefix whose cumulative weight reaches `mass * total` decides a cut-off distance
+/// `d*`; every candidate with `d_i <= d*` is kept (so tokens tied at `d*` are all kept),
+/// and at least the `min_keep` first ones in that order. This is Hugging Face's
+/// `TypicalLogitsWarper` (`last_ind = count(cumsum < mass)`, remove `d > d[last_ind]`),
+/// computed in `f64`. `-inf` candidates are dropped.
+///
+/// - **Default**: off (`mass = 1`); Hugging Face and llama.cpp both treat `1.0` as off.
+///   The paper suggests `0.2`–`0.95`.
+/// - **Edge cases**: zero or one candidate: unchanged; every candidate `-inf`: unchanged
+///   (the chain then reports [`Error::NoCandidates`]); a uniform distribution keeps
+///   everything (all distances are 0).
+/// - **Cost**: `O(n)` expected (weighted quickselect), no full sort; no allocation once
+///   its buffers have grown to the vocabulary.
+///
+/// The kept tokens are not necessarily the most probable ones: a token far more likely
+/// than "typical" can be cut.
+///
+/// # Example
+/// ```
+/// use logits::{Chain, TypicalP};
+///
+/// let mut chain = Chain::builder(4).stage(TypicalP::new(0.5)?).draw().seed(7).build()?;
+/// let out = chain.sample(&[2.0f32, 1.9, 1.8, -6.0])?;
+/// assert!(out.token < 3);
+/// assert!(TypicalP::new(0.0).is_err());
+/// # Ok::<(), logits::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypicalP {
+    mass: f32,
+    min_keep: usize,
+    weights: Vec<f64>,
+    keys: Vec<Key>,
+}
+
+impl TypicalP {
+    /// Locally typical sampling keeping `mass` of the probability.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] unless `0 < mass <= 1`.
+    pub fn new(mass: f32) -> Result<Self, Error> {
+        if !(mass > 0.0 && mass <= 1.0) {
+            return Err(Error::InvalidParameter {
+                name: "typical_p",
+                value: mass.into(),
+                expected: "a value in (0, 1] (1 is off)",
+            });
+        }
+        Ok(TypicalP {
+            mass,
+            min_keep: 1,
+            weights: Vec::new(),
+            keys: Vec::new(),
+        })
+    }
+
+    /// Keep at least `n` candidates (Hugging Face's `min_tokens_to_keep`; default 1).
+    pub fn min_keep(self, n: usize) -> Self {
+        TypicalP {
+            min_keep: n.max(1),
+            ..self
+        }
+    }
+
+    /// The mass.
+    pub fn mass(&self) -> f32 {
+        self.mass
+    }
+}
+
+impl Stage for TypicalP {
+    fn name(&self) -> &'static str {
+        "typical_p"
+    }
+
+    fn apply(&mut self, c: &mut Candidates, _: &StageContext<'_>) -> Result<(), Error> {
+        let max = c.max_logit();
+        if self.mass >= 1.0 || c.len() <= 1 || max == f32::NEG_INFINITY {
+            return Ok(());
+        }
+        let total = c.weights(&mut self.weights);
+        let h = entropy(c, &self.weights, total);
+        let (maxd, t, ln_total) = (f64::from(max), c.temperature(), total.ln());
+        let shifted = |l: f32| (-((f64::from(l) - maxd) / t - ln_total) - h).abs();
+        self.keys.clear();
+        for ((&l, &w), &id) in c.logits().iter().zip(&self.weights).zip(c.ids()) {
+            if l > f32::NEG_INFINITY {
+                self.keys.push((shifted(l), w, id));
+            }
+        }
+        let target = f64::from(self.mass) * total;
+        let Some((d, _, _)) = weighted_threshold(&mut self.keys, target) else {
+            return Ok(());
+        };
+        let mut limit = (d, 0.0, TokenId::MAX);
+        let n_kept = self.keys.iter().filter(|k| k.0 <= d).count();
+        if n_kept < self.min_keep && self.min_keep < self.keys.len() {
+            let (_, kth, _) = self
+                .keys
+                .select_nth_unstable_by(self.min_keep - 1, key_order);
+            limit = *kth;
+        } else if n_kept < self.min_keep {
+            limit = (f64::INFINITY, 0.0, TokenId::MAX);
+        }
+        c.retain(|id, l| {
+            l > f32::NEG_INFINITY && key_order(&(shifted(l), 0.0, id), &limit).is_le()
+        });
+        Ok(())
+    }
+}
