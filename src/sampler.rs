@@ -160,7 +160,7 @@ impl Sampler {
     /// adjustment); [`Error::NoCandidates`] when every token is banned. On error the
     /// history is unchanged.
     pub fn sample<T: Logit>(&mut self, logits: &[T]) -> Result<Sample, Error> {
-        self.sample_impl(logits, None)
+        self.sample_impl(logits, None, None)
     }
 
     /// Like [`sample`](Self::sample), with a grammar mask: every token `mask` disallows
@@ -175,14 +175,100 @@ impl Sampler {
         logits: &[T],
         mask: &TokenMask,
     ) -> Result<Sample, Error> {
-        self.sample_impl(logits, Some(mask))
+        self.sample_impl(logits, Some(mask), None)
     }
 
-    fn sample_impl<T: Logit>(
+    /// Like [`sample_masked`](Self::sample_masked) (the mask is optional), but draws with
+    /// the given uniform `u` in `[0, 1)` instead of the sequence's own `(seed, step)`
+    /// uniform. For callers that bring their own random numbers, and for testing a draw
+    /// against the [`reference`](crate::reference). The token is appended to the history.
+    ///
+    /// # Errors
+    /// As [`sample_masked`](Self::sample_masked), and [`Error::InvalidParameter`] when `u`
+    /// is not in `[0, 1)`.
+    pub fn sample_with_uniform<T: Logit>(
         &mut self,
-        row: &[T],
+        logits: &[T],
         mask: Option<&TokenMask>,
+        u: f64,
     ) -> Result<Sample, Error> {
+        if !(0.0..1.0).contains(&u) {
+            return Err(Error::InvalidParameter {
+                name: "u",
+                value: u,
+                expected: "a value in [0, 1)",
+            });
+        }
+        self.sample_impl(logits, mask, Some(u))
+    }
+
+    /// The final distribution the next draw would use, without drawing: every surviving
+    /// token with its probability, in draw order (probability descending, ties to the
+    /// lower id). Greedy gives the argmax with probability 1. The history is unchanged.
+    ///
+    /// This is an inspection tool: when no tail cut is set it sorts the whole vocabulary.
+    ///
+    /// # Example
+    /// ```
+    /// use logits::{Sampler, SamplingParams};
+    ///
+    /// // The top-p 0.8 worked example.
+    /// let probs = [0.574f32, 0.128, 0.100, 0.047, 0.032, 0.029, 0.090];
+    /// let row: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+    /// let mut s = Sampler::new(SamplingParams::builder().top_p(0.8).build()?, 7)?;
+    /// let mut dist = Vec::new();
+    /// s.distribution(&row, None, &mut dist)?;
+    /// let ids: Vec<u32> = dist.iter().map(|&(id, _)| id).collect();
+    /// assert_eq!(ids, [0, 1, 2]);
+    /// assert!((dist[0].1 - 0.716).abs() < 1e-3);
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`sample_masked`](Self::sample_masked).
+    pub fn distribution<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+        out: &mut Vec<(TokenId, f64)>,
+    ) -> Result<(), Error> {
+        let row = self.check_input(logits, mask)?;
+        let raw_max = adjust::convert_checked(row, &mut self.scratch.logits)?;
+        let max = self.adjust(raw_max, mask)?;
+        let survivors = self.cut(max)?;
+        out.clear();
+        let s = &mut self.scratch;
+        match survivors {
+            Survivors::Greedy => {
+                let id = greedy::argmax(&s.logits, max)?;
+                out.push((id, 1.0));
+            }
+            Survivors::Prefix { n, total } => out.extend(
+                s.cand[..n]
+                    .iter()
+                    .zip(&s.weight)
+                    .map(|(&(_, id), &w)| (id, w / total)),
+            ),
+            Survivors::All { total } => {
+                histogram::collect(&s.logits, &s.bucket, histogram::BUCKETS - 1, &mut s.cand);
+                fill_weights(&s.cand, max, self.params.temperature(), &mut s.weight);
+                out.extend(
+                    s.cand
+                        .iter()
+                        .zip(&s.weight)
+                        .map(|(&(_, id), &w)| (id, w / total)),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the row's and the mask's sizes; returns the row cut to the vocabulary.
+    fn check_input<'r, T: Logit>(
+        &self,
+        row: &'r [T],
+        mask: Option<&TokenMask>,
+    ) -> Result<&'r [T], Error> {
         let n = self.vocab_size;
         if row.is_empty() {
             return Err(Error::EmptyVocabulary);
@@ -201,12 +287,21 @@ impl Sampler {
                 });
             }
         }
-        let row = &row[..n];
+        Ok(&row[..n])
+    }
+
+    fn sample_impl<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        u: Option<f64>,
+    ) -> Result<Sample, Error> {
+        let row = self.check_input(row, mask)?;
         let raw_max = adjust::convert_checked(row, &mut self.scratch.logits)?;
         let max = self.adjust(raw_max, mask)?;
         let survivors = self.cut(max)?;
-        let step = self.seq.step();
-        let mut out = self.draw(survivors, max, step);
+        let u = u.unwrap_or_else(|| self.rng.uniform(self.seq.step()));
+        let mut out = self.draw(survivors, max, u);
         if let Some(n_alt) = self.params.logprobs() {
             logprobs::fill(row, raw_max, n_alt, &mut out, |id| {
                 self.final_logprob(&survivors, max, id)
@@ -318,7 +413,7 @@ impl Sampler {
     }
 
     /// Stage 5: the draw.
-    fn draw(&mut self, survivors: Survivors, max: f32, step: u64) -> Sample {
+    fn draw(&mut self, survivors: Survivors, max: f32, u: f64) -> Sample {
         let s = &mut self.scratch;
         match survivors {
             Survivors::Greedy => {
@@ -327,12 +422,10 @@ impl Sampler {
                 Sample::new(id, 0.0)
             }
             Survivors::Prefix { n, total } => {
-                let u = self.rng.uniform(step);
                 let i = draw::inverse_cdf(&s.weight[..n], total, u);
                 Sample::new(s.cand[i].1, (s.weight[i] / total).ln() as f32)
             }
             Survivors::All { total } => {
-                let u = self.rng.uniform(step);
                 let t = self.params.temperature();
                 let (l, id) = draw_by_bucket(s, max, t, u * total);
                 Sample::new(id, (scaled(l, max, t) - total.ln()) as f32)
