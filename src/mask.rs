@@ -147,16 +147,46 @@ impl TokenMask {
                 actual: logits.len(),
             });
         }
-        for (chunk, &word) in logits.chunks_mut(32).zip(&self.words) {
+        // Bit j of a word, as a per-lane constant so the mixed-word loop compiles to
+        // branch-free vector and/compare/select instead of 32 data-dependent branches.
+        const BITS: [u32; 32] = {
+            let mut bits = [0u32; 32];
+            let mut j = 0;
+            while j < 32 {
+                bits[j] = 1 << j;
+                j += 1;
+            }
+            bits
+        };
+        let mut chunks = logits.chunks_exact_mut(32);
+        for (chunk, &word) in (&mut chunks).zip(&self.words) {
             match word {
                 u32::MAX => {}
-                0 => chunk.iter_mut().for_each(|l| *l = f32::NEG_INFINITY),
-                _ => {
-                    for (j, l) in chunk.iter_mut().enumerate() {
-                        if word & (1u32 << j) == 0 {
-                            *l = f32::NEG_INFINITY;
-                        }
+                0 => chunk.fill(f32::NEG_INFINITY),
+                // Mostly allowed: write only the few disallowed slots.
+                _ if word.count_ones() >= 24 => {
+                    let mut zeros = !word;
+                    while zeros != 0 {
+                        chunk[zeros.trailing_zeros() as usize] = f32::NEG_INFINITY;
+                        zeros &= zeros - 1;
                     }
+                }
+                _ => {
+                    for (l, &bit) in chunk.iter_mut().zip(&BITS) {
+                        *l = if word & bit != 0 {
+                            *l
+                        } else {
+                            f32::NEG_INFINITY
+                        };
+                    }
+                }
+            }
+        }
+        let tail = chunks.into_remainder();
+        if let Some(&word) = self.words.get(self.len / 32) {
+            for (l, &bit) in tail.iter_mut().zip(&BITS) {
+                if word & bit == 0 {
+                    *l = f32::NEG_INFINITY;
                 }
             }
         }
