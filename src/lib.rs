@@ -94,6 +94,7 @@ mod dynamic_temperature;
 mod element;
 mod epsilon_cutoff;
 mod error;
+mod exp;
 mod eta_cutoff;
 #[cfg(feature = "serde")]
 mod generation_config;
@@ -116,6 +117,8 @@ mod sample;
 mod sampler;
 mod scratch;
 mod temperature;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod top_k;
 mod top_n_sigma;
 mod top_p;
