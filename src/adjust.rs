@@ -78,3 +78,174 @@ fn first_non_finite(row: &[f32]) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// Lanes of the row kernels: the row is read in chunks of this many entries, each chunk
+/// reduced with independent per-lane operations so the compiler emits SIMD.
+pub(crate) const LANES: usize = 16;
+
+/// Converts a chunk of the row to `f32` (the `f16`/`bf16` conversion happens here, in
+/// registers, inside every pass: the row is never copied).
+#[inline(always)]
+pub(crate) fn load<T: Logit>(chunk: &[T]) -> [f32; LANES] {
+    let mut v = [0.0f32; LANES];
+    for (d, s) in v.iter_mut().zip(chunk) {
+        *d = s.to_f32();
+    }
+    v
+}
+
+/// Maximum of `row` converted to `f32`, checking for NaN and `+inf` in the same pass.
+///
+/// # Errors
+/// [`Error::NanLogit`] or [`Error::InfiniteLogit`] for the first NaN or `+inf`.
+pub(crate) fn max_checked<T: Logit>(row: &[T]) -> Result<f32, Error> {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut bad = [false; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        let v = load(c);
+        for j in 0..LANES {
+            bad[j] |= !(v[j] < f32::INFINITY);
+            lanes[j] = if v[j] > lanes[j] { v[j] } else { lanes[j] };
+        }
+    }
+    let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut any_bad = bad.iter().any(|&b| b);
+    for x in rem {
+        let v = x.to_f32();
+        any_bad |= !(v < f32::INFINITY);
+        max = max.max(v);
+    }
+    if any_bad {
+        first_non_finite_of(row)?;
+    }
+    Ok(max)
+}
+
+/// Reports the first NaN or `+inf` of a row of any element type.
+pub(crate) fn first_non_finite_of<T: Logit>(row: &[T]) -> Result<(), Error> {
+    for (index, x) in row.iter().enumerate() {
+        let v = x.to_f32();
+        if v.is_nan() {
+            return Err(Error::NanLogit { index });
+        }
+        if v == f32::INFINITY {
+            return Err(Error::InfiniteLogit { index });
+        }
+    }
+    Ok(())
+}
+
+/// No patch at this token (see [`Overlay`]).
+pub(crate) const UNPATCHED: u32 = u32::MAX;
+
+/// The sparse adjustments (logit bias and penalties) as a patch over the untouched row:
+/// the few changed tokens with their adjusted values, instead of an adjusted copy of the
+/// whole row.
+///
+/// `slot[id]` is the index of token `id` in `patch`, or [`UNPATCHED`]; it is reset by
+/// [`Overlay::clear`], which costs `O(patches)`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Overlay {
+    /// `(id, adjusted logit)`, in order of first adjustment.
+    pub(crate) patch: Vec<(crate::TokenId, f32)>,
+    /// Per-token index into `patch`.
+    pub(crate) slot: Vec<u32>,
+}
+
+impl Overlay {
+    pub(crate) fn new(vocab_size: usize) -> Self {
+        Overlay {
+            patch: Vec::new(),
+            slot: vec![UNPATCHED; vocab_size],
+        }
+    }
+
+    /// Forgets every patch.
+    pub(crate) fn clear(&mut self) {
+        for &(id, _) in &self.patch {
+            self.slot[id as usize] = UNPATCHED;
+        }
+        self.patch.clear();
+    }
+
+    /// True when token `id` has a patch.
+    #[inline]
+    pub(crate) fn is_patched(&self, id: crate::TokenId) -> bool {
+        self.slot[id as usize] != UNPATCHED
+    }
+
+    /// The adjusted value slot of token `id`, created from the row's value if absent.
+    fn entry<T: Logit>(&mut self, row: &[T], id: crate::TokenId) -> &mut f32 {
+        let i = id as usize;
+        if self.slot[i] == UNPATCHED {
+            self.slot[i] = self.patch.len() as u32;
+            self.patch.push((id, row[i].to_f32()));
+        }
+        let s = self.slot[i] as usize;
+        &mut self.patch[s].1
+    }
+
+    /// The adjusted logit of token `id`.
+    #[inline]
+    pub(crate) fn value<T: Logit>(&self, row: &[T], id: crate::TokenId) -> f32 {
+        match self.slot[id as usize] {
+            UNPATCHED => row[id as usize].to_f32(),
+            s => self.patch[s as usize].1,
+        }
+    }
+
+    /// Builds the patches of the logit bias, then of the penalties over `window`, with
+    /// exactly the arithmetic of the dense stages (`bias::apply`, `penalty::apply`).
+    /// `counts` must be all zero and is left all zero.
+    pub(crate) fn build<T: Logit>(
+        &mut self,
+        row: &[T],
+        params: &crate::params::SamplingParams,
+        window: &[crate::TokenId],
+        counts: &mut [u32],
+    ) {
+        self.clear();
+        for &(id, b) in params.logit_bias() {
+            *self.entry(row, id) += b;
+        }
+        if window.is_empty() || !params.has_penalties() {
+            return;
+        }
+        for &id in window {
+            counts[id as usize] += 1;
+        }
+        let r = params.repetition_penalty();
+        let (freq, presence) = (params.frequency_penalty(), params.presence_penalty());
+        for &id in window {
+            let c = std::mem::take(&mut counts[id as usize]);
+            if c == 0 {
+                continue;
+            }
+            let x = self.entry(row, id);
+            if r != 1.0 {
+                *x = if *x > 0.0 { *x / r } else { *x * r };
+            }
+            *x -= c as f32 * freq + presence;
+        }
+    }
+
+    /// The first (lowest id) patch that is NaN or `+inf`, as the error the dense check
+    /// would report.
+    ///
+    /// # Errors
+    /// [`Error::NanLogit`] / [`Error::InfiniteLogit`].
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        let bad = self
+            .patch
+            .iter()
+            .filter(|(_, v)| !(*v < f32::INFINITY))
+            .min_by_key(|(id, _)| *id);
+        match bad {
+            Some(&(id, v)) if v.is_nan() => Err(Error::NanLogit { index: id as usize }),
+            Some(&(id, _)) => Err(Error::InfiniteLogit { index: id as usize }),
+            None => Ok(()),
+        }
+    }
+}

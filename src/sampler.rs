@@ -2,6 +2,7 @@
 
 use crate::element::Logit;
 use crate::error::Error;
+use crate::histogram::{Frame, BUCKETS, LAST};
 use crate::history::{History, Sequence};
 use crate::mask::TokenMask;
 use crate::params::SamplingParams;
@@ -10,7 +11,7 @@ use crate::rng::DrawRng;
 use crate::sample::Sample;
 use crate::scratch::Scratch;
 use crate::TokenId;
-use crate::{adjust, bias, draw, greedy, histogram, logprobs, min_p, penalty, top_k, top_p};
+use crate::{adjust, bias, draw, greedy, histogram, logprobs, penalty, top_k, top_p};
 
 /// Samples the tokens of one sequence.
 ///
@@ -46,15 +47,31 @@ pub struct Sampler {
     scratch: Scratch,
 }
 
+/// What to do with the adjusted row.
+#[derive(Debug)]
+enum Goal<'a> {
+    /// Draw, with this uniform or the sequence's own.
+    Draw(Option<f64>),
+    /// Write the final distribution.
+    Distribution(&'a mut Vec<(TokenId, f64)>),
+}
+
 /// Where the survivors of the tail cuts are, once they are known.
 #[derive(Clone, Copy, Debug)]
 enum Survivors {
     /// `scratch.cand[..n]` with weights `scratch.weight[..n]` summing to `total`.
     Prefix { n: usize, total: f64 },
-    /// Every finite token, with total weight `total` (no cut was requested).
-    All { total: f64 },
+    /// Every finite token of the histogram buckets before `lo` (unsorted, never
+    /// materialised), then `scratch.cand[..n]` (the sorted tokens from bucket `lo` on,
+    /// weights `scratch.weight[..n]`); `total` is their weight.
+    Hist {
+        lo: usize,
+        n: usize,
+        total: f64,
+        frame: Frame,
+    },
     /// Greedy: the argmax alone.
-    Greedy,
+    Greedy(TokenId),
 }
 
 impl Sampler {
@@ -232,35 +249,7 @@ impl Sampler {
         mask: Option<&TokenMask>,
         out: &mut Vec<(TokenId, f64)>,
     ) -> Result<(), Error> {
-        let row = self.check_input(logits, mask)?;
-        let raw_max = adjust::convert_checked(row, &mut self.scratch.logits)?;
-        let max = self.adjust(raw_max, mask)?;
-        let survivors = self.cut(max)?;
-        out.clear();
-        let s = &mut self.scratch;
-        match survivors {
-            Survivors::Greedy => {
-                let id = greedy::argmax(&s.logits, max)?;
-                out.push((id, 1.0));
-            }
-            Survivors::Prefix { n, total } => out.extend(
-                s.cand[..n]
-                    .iter()
-                    .zip(&s.weight)
-                    .map(|(&(_, id), &w)| (id, w / total)),
-            ),
-            Survivors::All { total } => {
-                histogram::collect(&s.logits, &s.bucket, histogram::BUCKETS - 1, &mut s.cand);
-                fill_weights(&s.cand, max, self.params.temperature(), &mut s.weight);
-                out.extend(
-                    s.cand
-                        .iter()
-                        .zip(&s.weight)
-                        .map(|(&(_, id), &w)| (id, w / total)),
-                );
-            }
-        }
-        Ok(())
+        self.run(logits, mask, Goal::Distribution(out)).map(|_| ())
     }
 
     /// Checks the row's and the mask's sizes; returns the row cut to the vocabulary.
@@ -296,149 +285,318 @@ impl Sampler {
         mask: Option<&TokenMask>,
         u: Option<f64>,
     ) -> Result<Sample, Error> {
-        let row = self.check_input(row, mask)?;
-        let raw_max = adjust::convert_checked(row, &mut self.scratch.logits)?;
-        let max = self.adjust(raw_max, mask)?;
-        let survivors = self.cut(max)?;
-        let u = u.unwrap_or_else(|| self.rng.uniform(self.seq.step()));
-        let mut out = self.draw(survivors, max, u);
-        if let Some(n_alt) = self.params.logprobs() {
-            logprobs::fill(row, raw_max, n_alt, &mut out, |id| {
-                self.final_logprob(&survivors, max, id)
-            });
-        }
+        let out = self
+            .run(row, mask, Goal::Draw(u))?
+            .ok_or(Error::NoCandidates)?;
         self.seq.push_drawn(out.token);
         Ok(out)
     }
 
-    /// Stage 1: the adjustments. Returns the adjusted row's maximum.
-    fn adjust(&mut self, raw_max: f32, mask: Option<&TokenMask>) -> Result<f32, Error> {
-        let logits = &mut self.scratch.logits;
-        let mut changed = bias::apply(logits, self.params.logit_bias());
-        changed |= !self.params.logit_bias().is_empty();
+    /// Stage 1, then `goal` on the adjusted row. Sparse adjustments (bias, penalties)
+    /// become an overlay of patches over the caller's row, which is never copied; a
+    /// mask or a processor needs the whole row, so then the adjusted row is an `f32` copy.
+    fn run<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        let row = self.check_input(row, mask)?;
+        if mask.is_some() || !self.processors.is_empty() {
+            let mut dense = std::mem::take(&mut self.scratch.logits);
+            self.scratch.overlay.clear();
+            let r = adjust::convert_checked(row, &mut dense)
+                .and_then(|_| self.adjust_dense(mask, &mut dense))
+                .and_then(|()| self.finish(row, &dense, goal));
+            self.scratch.logits = dense;
+            r
+        } else {
+            let history = self.seq.view();
+            let window = if self.params.has_penalties() {
+                history.penalized(self.params.penalty_window(), self.params.penalize_prompt())
+            } else {
+                &[]
+            };
+            let s = &mut self.scratch;
+            s.overlay.build(row, &self.params, window, &mut s.counts);
+            let r = self.finish(row, row, goal);
+            self.scratch.overlay.clear();
+            r
+        }
+    }
+
+    /// Stage 1 when an adjustment touches the whole row (a grammar mask, a user
+    /// processor): applies every adjustment to the `f32` copy `logits`.
+    fn adjust_dense(&mut self, mask: Option<&TokenMask>, logits: &mut [f32]) -> Result<(), Error> {
+        bias::apply(logits, self.params.logit_bias());
         if self.params.has_penalties() {
             let history = self.seq.view();
             let window =
                 history.penalized(self.params.penalty_window(), self.params.penalize_prompt());
             if !window.is_empty() {
                 penalty::apply(logits, window, &self.params, &mut self.scratch.counts);
-                changed = true;
             }
         }
         if let Some(mask) = mask {
             mask.apply(logits)?;
-            changed = true;
         }
         if !self.processors.is_empty() {
             let history = self.seq.view();
             for p in &self.processors {
                 p.process(logits, &history)?;
             }
-            changed = true;
         }
-        if changed {
-            adjust::recheck(logits)
-        } else {
-            Ok(raw_max)
+        adjust::recheck(logits).map(|_| ())
+    }
+
+    /// Stages 2 to 5 on the adjusted row `adj` (under `scratch.overlay`), and the
+    /// logprobs of the raw row `raw`; or the final distribution.
+    fn finish<T: Logit, U: Logit>(
+        &mut self,
+        raw: &[T],
+        adj: &[U],
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        let survivors = self.cut(adj)?;
+        let u = match goal {
+            Goal::Distribution(out) => {
+                self.distribution_of(adj, survivors, out);
+                return Ok(None);
+            }
+            Goal::Draw(u) => u,
+        };
+        let u = u.unwrap_or_else(|| self.rng.uniform(self.seq.step()));
+        let mut out = self.draw(adj, survivors, u);
+        if let Some(n_alt) = self.params.logprobs() {
+            let raw_max = adjust::max_checked(raw)?;
+            logprobs::fill(raw, raw_max, n_alt, &mut out, |id| {
+                self.final_logprob(adj, &survivors, id)
+            });
+        }
+        Ok(Some(out))
+    }
+
+    /// Writes the survivors with their probabilities, in draw order.
+    fn distribution_of<U: Logit>(
+        &mut self,
+        adj: &[U],
+        survivors: Survivors,
+        out: &mut Vec<(TokenId, f64)>,
+    ) {
+        out.clear();
+        let s = &mut self.scratch;
+        match survivors {
+            Survivors::Greedy(id) => out.push((id, 1.0)),
+            Survivors::Prefix { n, total } => out.extend(
+                s.cand[..n]
+                    .iter()
+                    .zip(&s.weight)
+                    .map(|(&(_, id), &w)| (id, w / total)),
+            ),
+            Survivors::Hist {
+                lo,
+                n,
+                total,
+                frame,
+            } => {
+                if lo > 0 {
+                    let t = self.params.temperature();
+                    histogram::collect(adj, &s.overlay, frame, 0, lo - 1, &mut s.cand2);
+                    fill_weights(&s.cand2, frame.max, t, &mut s.weight2);
+                    out.extend(
+                        s.cand2
+                            .iter()
+                            .zip(&s.weight2)
+                            .map(|(&(_, id), &w)| (id, w / total)),
+                    );
+                }
+                out.extend(
+                    s.cand[..n]
+                        .iter()
+                        .zip(&s.weight)
+                        .map(|(&(_, id), &w)| (id, w / total)),
+                );
+            }
         }
     }
 
     /// Stages 2 to 4: temperature, softmax and the tail cuts.
-    fn cut(&mut self, max: f32) -> Result<Survivors, Error> {
+    fn cut<U: Logit>(&mut self, adj: &[U]) -> Result<Survivors, Error> {
+        let p = &self.params;
+        let keep = p.min_tokens_to_keep();
+        let s = &mut self.scratch;
+        if p.is_greedy() {
+            let id = if s.overlay.patch.is_empty() {
+                greedy::argmax_row(adj)?
+            } else {
+                top_k::select_patched(adj, 1, &s.overlay, &mut s.cand)?;
+                s.cand.first().ok_or(Error::NoCandidates)?.1
+            };
+            return Ok(Survivors::Greedy(id));
+        }
+        let (t, top_p, min_p) = (p.temperature(), p.top_p(), p.min_p());
+        if let Some(k) = p.top_k() {
+            let k = k.max(keep);
+            if k <= top_k::SMALL_K {
+                top_k::select_patched(adj, k, &s.overlay, &mut s.cand)?;
+            } else {
+                adjust::max_checked(adj)?;
+                s.overlay.check()?;
+                materialise(adj, &s.overlay, &mut s.spare);
+                top_k::select(&s.spare, k, &mut s.cand);
+            }
+            let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
+            fill_weights(&s.cand, max, t, &mut s.weight);
+            let total: f64 = s.weight.iter().sum();
+            let mut n = s.cand.len();
+            if top_p < 1.0 {
+                if let Some(len) = top_p::prefix_len(&s.weight, top_p, total) {
+                    n = len.max(keep).min(n);
+                }
+            }
+            if min_p > 0.0 {
+                let cut = f64::from(min_p).ln();
+                let m = s.cand[..n]
+                    .iter()
+                    .take_while(|&&(l, _)| scaled(l, max, t) >= cut)
+                    .count();
+                n = m.max(keep).min(n);
+            }
+            let total = s.weight[..n].iter().sum();
+            return Ok(Survivors::Prefix { n, total });
+        }
+        // No top-k: the histogram.
+        let raw_max = adjust::max_checked(adj)?;
+        let ov = &s.overlay;
+        ov.check()?;
+        let lowered_top = ov
+            .patch
+            .iter()
+            .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
+        let mut max = if lowered_top {
+            unpatched_max(adj, ov)
+        } else {
+            raw_max
+        };
+        for &(_, l) in &ov.patch {
+            max = max.max(l);
+        }
         if max == f32::NEG_INFINITY {
             return Err(Error::NoCandidates);
         }
-        let p = &self.params;
-        if p.is_greedy() {
-            return Ok(Survivors::Greedy);
+        let f = Frame::new(max, t);
+        let ln_min_p = f64::from(min_p).ln();
+        let key_thr = if min_p > 0.0 {
+            histogram::bucket_of(ln_min_p)
+        } else {
+            LAST
+        };
+        let need_total = top_p < 1.0 || min_p <= 0.0;
+        let limit = if need_total {
+            LAST
+        } else {
+            (key_thr + 1).min(LAST)
+        };
+        histogram::build(adj, ov, f, limit, &mut s.hist_count, &mut s.hist_mass);
+        let z: f64 = s.hist_mass.iter().sum();
+        if top_p >= 1.0 && min_p <= 0.0 {
+            return Ok(Survivors::Hist {
+                lo: BUCKETS,
+                n: 0,
+                total: z,
+                frame: f,
+            });
         }
-        let (t, keep) = (p.temperature(), p.min_tokens_to_keep());
-        let s = &mut self.scratch;
-        let (top_p, min_p) = (p.top_p(), p.min_p());
-        let total = match p.top_k() {
-            Some(k) => {
-                top_k::select(&s.logits, k.max(keep), &mut s.cand);
+        let b_p = if top_p < 1.0 {
+            histogram::mass_bucket(&s.hist_mass, f64::from(top_p) * z).unwrap_or(LAST)
+        } else {
+            LAST
+        };
+        let (b_m_lo, b_m_hi) = if min_p > 0.0 {
+            (key_thr.saturating_sub(1), (key_thr + 1).min(LAST))
+        } else {
+            (LAST, LAST)
+        };
+        let b_k = histogram::count_bucket(&s.hist_count, keep);
+        let b_k = match b_k {
+            Some(b) if b <= limit => b,
+            _ if need_total => LAST,
+            _ => {
+                // min-p alone with fewer than `keep` tokens near the top: the top `keep`.
+                top_k::select_patched(adj, keep, ov, &mut s.cand)?;
                 fill_weights(&s.cand, max, t, &mut s.weight);
-                s.weight.iter().sum()
-            }
-            None if top_p < 1.0 || min_p > 0.0 => {
-                let z = histogram::build(
-                    &s.logits,
-                    max,
-                    t,
-                    &mut s.bucket,
-                    &mut s.hist_count,
-                    &mut s.hist_mass,
-                );
-                let mut limit = histogram::BUCKETS - 1;
-                if top_p < 1.0 {
-                    if let Some((b, _)) =
-                        histogram::mass_bucket(&s.hist_mass, &s.hist_count, f64::from(top_p) * z)
-                    {
-                        limit = limit.min(b + 1);
-                    }
-                }
-                if min_p > 0.0 {
-                    limit = limit.min(histogram::bucket_of(f64::from(min_p).ln()) + 1);
-                }
-                limit = limit.max(histogram::count_bucket(&s.hist_count, keep));
-                histogram::collect(&s.logits, &s.bucket, limit, &mut s.cand);
-                fill_weights(&s.cand, max, t, &mut s.weight);
-                z
-            }
-            None => {
-                let z = histogram::build(
-                    &s.logits,
-                    max,
-                    t,
-                    &mut s.bucket,
-                    &mut s.hist_count,
-                    &mut s.hist_mass,
-                );
-                return Ok(Survivors::All { total: z });
+                let n = s.cand.len();
+                let total = s.weight.iter().sum();
+                return Ok(Survivors::Prefix { n, total });
             }
         };
-        let mut n = s.cand.len();
+        let lo = b_p.min(b_m_lo);
+        let hi = b_k.max(b_p.min(b_m_hi));
+        histogram::collect(adj, ov, f, lo, hi, &mut s.cand);
+        fill_weights(&s.cand, max, t, &mut s.weight);
+        let before: usize = s.hist_count[..lo].iter().map(|&c| c as usize).sum();
+        let cum_before: f64 = s.hist_mass[..lo].iter().sum();
+        let len = s.cand.len();
+        let mut n = usize::MAX;
         if top_p < 1.0 {
-            if let Some(len) = top_p::prefix_len(&s.weight, top_p, total) {
-                n = len.max(keep).min(n);
+            let target = f64::from(top_p) * z;
+            let mut c = cum_before;
+            let mut n_p = len;
+            for (i, &w) in s.weight.iter().enumerate() {
+                c += w;
+                if c >= target {
+                    n_p = i + 1;
+                    break;
+                }
             }
+            n = n.min((before + n_p).max(keep));
         }
         if min_p > 0.0 {
-            let scaled = s.cand[..n].iter().map(|&(l, _)| scaled(l, max, t));
-            n = min_p::prefix_len(scaled, min_p).max(keep).min(n);
+            let m = s
+                .cand
+                .iter()
+                .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
+                .count();
+            n = n.min((before + m).max(keep));
         }
-        let total = s.weight[..n].iter().sum();
-        Ok(Survivors::Prefix { n, total })
+        let n = n.saturating_sub(before).min(len);
+        let total = cum_before + s.weight[..n].iter().sum::<f64>();
+        Ok(Survivors::Hist {
+            lo,
+            n,
+            total,
+            frame: f,
+        })
     }
 
     /// Stage 5: the draw.
-    fn draw(&mut self, survivors: Survivors, max: f32, u: f64) -> Sample {
-        let s = &mut self.scratch;
+    fn draw<U: Logit>(&mut self, adj: &[U], survivors: Survivors, u: f64) -> Sample {
         match survivors {
-            Survivors::Greedy => {
-                // `max` is finite here, so an argmax exists.
-                let id = greedy::argmax(&s.logits, max).unwrap_or(0);
-                Sample::new(id, 0.0)
-            }
+            Survivors::Greedy(id) => Sample::new(id, 0.0),
             Survivors::Prefix { n, total } => {
+                let s = &self.scratch;
                 let i = draw::inverse_cdf(&s.weight[..n], total, u);
                 Sample::new(s.cand[i].1, (s.weight[i] / total).ln() as f32)
             }
-            Survivors::All { total } => {
+            Survivors::Hist {
+                lo,
+                n,
+                total,
+                frame,
+            } => {
                 let t = self.params.temperature();
-                let (l, id) = draw_by_bucket(s, max, t, u * total);
-                Sample::new(id, (scaled(l, max, t) - total.ln()) as f32)
+                let (id, w) = draw_hist(&mut self.scratch, adj, frame, t, lo, n, u * total);
+                Sample::new(id, (w / total).ln() as f32)
             }
         }
     }
 
     /// The final-distribution logprob of token `id`.
-    fn final_logprob(&self, survivors: &Survivors, max: f32, id: TokenId) -> f32 {
+    fn final_logprob<U: Logit>(&self, adj: &[U], survivors: &Survivors, id: TokenId) -> f32 {
         let s = &self.scratch;
         match *survivors {
-            Survivors::Greedy => {
-                if greedy::argmax(&s.logits, max).ok() == Some(id) {
+            Survivors::Greedy(g) => {
+                if g == id {
                     0.0
                 } else {
                     f32::NEG_INFINITY
@@ -448,12 +606,22 @@ impl Sampler {
                 .iter()
                 .position(|&(_, c)| c == id)
                 .map_or(f32::NEG_INFINITY, |i| (s.weight[i] / total).ln() as f32),
-            Survivors::All { total } => {
-                let l = s.logits[id as usize];
-                if l == f32::NEG_INFINITY {
-                    f32::NEG_INFINITY
+            Survivors::Hist {
+                lo,
+                n,
+                total,
+                frame,
+            } => {
+                let l = s.overlay.value(adj, id);
+                let k = histogram::key(l, frame) as usize;
+                if k < lo {
+                    let w = scaled(l, frame.max, self.params.temperature()).exp();
+                    (w / total).ln() as f32
                 } else {
-                    (scaled(l, max, self.params.temperature()) - total.ln()) as f32
+                    s.cand[..n]
+                        .iter()
+                        .position(|&(_, c)| c == id)
+                        .map_or(f32::NEG_INFINITY, |i| (s.weight[i] / total).ln() as f32)
                 }
             }
         }
@@ -471,35 +639,78 @@ fn fill_weights(cand: &[(f32, TokenId)], max: f32, t: f32, weight: &mut Vec<f64>
     weight.extend(cand.iter().map(|&(l, _)| scaled(l, max, t).exp()));
 }
 
-/// Inverse CDF over every finite token in candidate order without sorting them all: find
-/// the histogram bucket where the running mass passes `target`, then sort and walk that
-/// bucket alone. If rounding leaves the target unreached, the last positive-weight token
-/// is taken.
-fn draw_by_bucket(s: &mut Scratch, max: f32, t: f32, target: f64) -> (f32, TokenId) {
+/// The adjusted row as `f32` into `out` (only for a top-k larger than the one-pass
+/// selection handles).
+fn materialise<U: Logit>(adj: &[U], ov: &adjust::Overlay, out: &mut Vec<f32>) {
+    out.clear();
+    out.extend(adj.iter().map(|x| x.to_f32()));
+    for &(id, l) in &ov.patch {
+        out[id as usize] = l;
+    }
+}
+
+/// The maximum over the tokens without a patch (needed only when a patch lowered a
+/// token holding the raw maximum).
+fn unpatched_max<U: Logit>(adj: &[U], ov: &adjust::Overlay) -> f32 {
+    adj.iter()
+        .enumerate()
+        .filter(|&(i, _)| !ov.is_patched(i as TokenId))
+        .map(|(_, x)| x.to_f32())
+        .fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Inverse CDF over `Survivors::Hist` without sorting the buckets before `lo`: walk the
+/// buckets' masses to the one where the running mass passes `target`, sort that bucket
+/// alone and walk its exact weights; past bucket `lo`, walk `cand[..n]`. If rounding
+/// leaves the target unreached, the last positive-weight survivor is taken. Returns the
+/// token and its weight.
+fn draw_hist<U: Logit>(
+    s: &mut Scratch,
+    adj: &[U],
+    f: Frame,
+    t: f32,
+    lo: usize,
+    n: usize,
+    target: f64,
+) -> (TokenId, f64) {
     let mut cum = 0.0;
     let mut last = None;
-    for b in 0..histogram::BUCKETS {
+    for b in 0..lo.min(BUCKETS) {
         let m = s.hist_mass[b];
-        if m > 0.0 {
-            last = Some(b);
+        if s.hist_count[b] == 0 {
+            continue;
         }
-        if m > 0.0 && cum + m > target {
-            histogram::collect_one(&s.logits, &s.bucket, b, &mut s.cand);
-            fill_weights(&s.cand, max, t, &mut s.weight);
+        last = Some(b);
+        if cum + m > target {
+            histogram::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
+            fill_weights(&s.cand2, f.max, t, &mut s.weight2);
             let mut c = cum;
-            for (i, &w) in s.weight.iter().enumerate() {
+            for (i, &w) in s.weight2.iter().enumerate() {
                 c += w;
                 if w > 0.0 && c > target {
-                    return s.cand[i];
+                    return (s.cand2[i].1, w);
                 }
             }
         }
         cum += m;
     }
-    // Rounding: take the last positive-weight token of the last bucket with mass.
+    let mut c = cum;
+    for (i, &w) in s.weight[..n].iter().enumerate() {
+        c += w;
+        if w > 0.0 && c > target {
+            return (s.cand[i].1, w);
+        }
+    }
+    // Rounding: the last positive-weight survivor.
+    if let Some(i) = s.weight[..n].iter().rposition(|&w| w > 0.0) {
+        return (s.cand[i].1, s.weight[i]);
+    }
     let b = last.unwrap_or(0);
-    histogram::collect_one(&s.logits, &s.bucket, b, &mut s.cand);
-    fill_weights(&s.cand, max, t, &mut s.weight);
-    let i = s.weight.iter().rposition(|&w| w > 0.0).unwrap_or(0);
-    s.cand.get(i).copied().unwrap_or((max, 0))
+    histogram::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
+    fill_weights(&s.cand2, f.max, t, &mut s.weight2);
+    let i = s.weight2.iter().rposition(|&w| w > 0.0).unwrap_or(0);
+    match s.cand2.get(i) {
+        Some(&(_, id)) => (id, s.weight2[i]),
+        None => (0, 0.0),
+    }
 }

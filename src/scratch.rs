@@ -6,16 +6,22 @@ use crate::TokenId;
 /// allocates nothing once warm. Owned by a [`Sampler`](crate::Sampler).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Scratch {
-    /// The adjusted `f32` row.
+    /// The adjusted `f32` row, when a dense adjustment (mask, processor) needs a copy.
     pub(crate) logits: Vec<f32>,
     /// Per-token occurrence counts for the penalties; all zero between steps.
     pub(crate) counts: Vec<u32>,
-    /// Per-token histogram bucket.
-    pub(crate) bucket: Vec<u16>,
+    /// The sparse adjustments as patches over the caller's row.
+    pub(crate) overlay: crate::adjust::Overlay,
+    /// An adjusted `f32` row for the rare paths that need one besides `logits`
+    /// (grown on first use).
+    pub(crate) spare: Vec<f32>,
     /// Candidates, sorted by logit descending then id ascending.
     pub(crate) cand: Vec<(f32, TokenId)>,
     /// The candidates' weights `exp((l - max) / T)`, same order.
     pub(crate) weight: Vec<f64>,
+    /// A second candidate list (one histogram bucket, for the draw) and its weights.
+    pub(crate) cand2: Vec<(f32, TokenId)>,
+    pub(crate) weight2: Vec<f64>,
     /// Histogram: count and mass per bucket.
     pub(crate) hist_count: Vec<u32>,
     pub(crate) hist_mass: Vec<f64>,
@@ -26,7 +32,10 @@ impl Scratch {
         Scratch {
             logits: vec![0.0; vocab_size],
             counts: vec![0; vocab_size],
-            bucket: vec![0; vocab_size],
+            overlay: crate::adjust::Overlay::new(vocab_size),
+            spare: Vec::new(),
+            cand2: Vec::new(),
+            weight2: Vec::new(),
             cand: Vec::with_capacity(vocab_size),
             weight: Vec::with_capacity(vocab_size),
             hist_count: vec![0; crate::histogram::BUCKETS],

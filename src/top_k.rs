@@ -4,7 +4,7 @@ use crate::TokenId;
 
 /// Below this `k`, selection keeps a sorted buffer with a running threshold; above it,
 /// it uses `select_nth_unstable` on all candidates.
-const SMALL_K: usize = 256;
+pub(crate) const SMALL_K: usize = 256;
 
 /// Orders candidates: logit descending, then id ascending.
 #[inline]
@@ -50,6 +50,97 @@ pub(crate) fn select(logits: &[f32], k: usize, out: &mut Vec<(f32, TokenId)>) {
             }
         }
     }
+}
+
+/// Writes the `k` best finite entries of a row of any element type into `out`, sorted by
+/// [`order`], checking the row on the way; `k <= SMALL_K` is expected (larger `k` works,
+/// more slowly).
+///
+/// One pass with a running threshold: each chunk is compared with the current k-th best
+/// using per-lane operations, and only a chunk holding an entry above it is looked at
+/// entry by entry. On a typical row that happens a few dozen times in total.
+///
+/// # Errors
+/// [`Error::NanLogit`](crate::Error::NanLogit) /
+/// [`Error::InfiniteLogit`](crate::Error::InfiniteLogit) for the first NaN or `+inf`.
+pub(crate) fn select_row<T: crate::element::Logit>(
+    row: &[T],
+    k: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> Result<(), crate::Error> {
+    use crate::adjust::{load, LANES};
+    out.clear();
+    let mut threshold = f32::NEG_INFINITY;
+    let mut bad = [false; LANES];
+    let insert = |out: &mut Vec<(f32, TokenId)>, threshold: &mut f32, l: f32, id: usize| {
+        if l > *threshold {
+            let pos = out.partition_point(|&(x, _)| x >= l);
+            if out.len() == k {
+                out.pop();
+            }
+            out.insert(pos, (l, id as TokenId));
+            if out.len() == k {
+                *threshold = out[k - 1].0;
+            }
+        }
+    };
+    if k == 0 {
+        return crate::adjust::max_checked(row).map(|_| ());
+    }
+    let chunks = row.chunks_exact(LANES);
+    let rem_start = row.len() - chunks.remainder().len();
+    for (c, chunk) in chunks.enumerate() {
+        let v = load(chunk);
+        let mut hit = [false; LANES];
+        for j in 0..LANES {
+            bad[j] |= !(v[j] < f32::INFINITY);
+            hit[j] = v[j] > threshold;
+        }
+        if hit.iter().any(|&h| h) {
+            for (j, &l) in v.iter().enumerate() {
+                insert(out, &mut threshold, l, c * LANES + j);
+            }
+        }
+    }
+    for (j, x) in row[rem_start..].iter().enumerate() {
+        let l = x.to_f32();
+        bad[0] |= !(l < f32::INFINITY);
+        insert(out, &mut threshold, l, rem_start + j);
+    }
+    if bad.iter().any(|&b| b) {
+        crate::adjust::first_non_finite_of(row)?;
+    }
+    Ok(())
+}
+
+/// [`select_row`] under sparse patches: the `k` best of the adjusted row. The `k + m`
+/// best of the raw row (`m` patches) contain the `k` best unpatched tokens, so those
+/// with a patch are replaced by their patched values and the result is cut to `k`.
+///
+/// # Errors
+/// As [`select_row`], then the patches' own NaN/`+inf`.
+pub(crate) fn select_patched<T: crate::element::Logit>(
+    row: &[T],
+    k: usize,
+    overlay: &crate::adjust::Overlay,
+    out: &mut Vec<(f32, TokenId)>,
+) -> Result<(), crate::Error> {
+    select_row(row, k + overlay.patch.len(), out)?;
+    overlay.check()?;
+    if overlay.patch.is_empty() {
+        return Ok(());
+    }
+    out.retain(|&(_, id)| !overlay.is_patched(id));
+    out.extend(
+        overlay
+            .patch
+            .iter()
+            .filter(|(_, l)| *l > f32::NEG_INFINITY)
+            .map(|&(id, l)| (l, id)),
+    );
+    out.sort_unstable_by(order);
+    out.truncate(k);
+    Ok(())
 }
 
 /// The top-k stage of a [`Chain`](crate::Chain): keeps the `max(k, min_keep)` most likely
