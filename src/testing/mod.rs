@@ -1,0 +1,75 @@
+//! Tools for property-testing sampler math: proptest strategies and reference checks.
+//!
+//! Enabled by the `testing` cargo feature, which adds a `proptest` dependency:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! logits = { version = "0.1", features = ["testing"] }
+//! proptest = "1"
+//! ```
+//!
+//! # The semantics of record
+//!
+//! [`crate::reference`] (re-exported here as [`reference`]) is the executable
+//! specification of the whole pipeline: it sorts the whole vocabulary, works in `f64`
+//! and does the obvious thing at every stage. Where any sampler, this crate's fast
+//! [`Sampler`](crate::Sampler) included, disagrees with it, the reference is right. The
+//! checks in this module compare against it, and the crate's conformance vectors
+//! (`tests/data/vectors/*.json` in the repository) pin it to independently computed
+//! values.
+//!
+//! # What is here
+//!
+//! - [`strategies`]: logits rows of a given size and [`Shape`] (peaked, flat, with ties,
+//!   with `-inf` entries, with huge and subnormal values), valid
+//!   [`SamplingParams`](crate::SamplingParams), token histories, bias maps, uniforms,
+//!   and whole [`Case`]s combining them.
+//! - [`properties`]: [`Expected`], the reference outcome of one step, with checks that
+//!   a sampler under test keeps the same set of tokens, gives them the same
+//!   probabilities within a tolerance, and draws the same token for a given uniform.
+//!   The checks return a [`Mismatch`], which converts into proptest's `TestCaseError`,
+//!   so `?` works inside `proptest!`.
+//!
+//! # Example: your own top-p against ours
+//!
+//! ```
+//! use logits::testing::{strategies, Expected, Shape};
+//! use logits::SamplingParams;
+//! use proptest::prelude::*;
+//!
+//! /// A top-p written from scratch: softmax weights in f64, sorted by probability
+//! /// (ties to the lower id), the shortest prefix reaching p, renormalised.
+//! fn my_top_p(row: &[f32], p: f32) -> Vec<(u32, f64)> {
+//!     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+//!     let mut w: Vec<(u32, f64)> = (0..row.len() as u32)
+//!         .filter(|&i| row[i as usize] > f32::NEG_INFINITY)
+//!         .map(|i| (i, (f64::from(row[i as usize]) - f64::from(max)).exp()))
+//!         .collect();
+//!     w.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+//!     let total: f64 = w.iter().map(|x| x.1).sum();
+//!     let mut cum = 0.0;
+//!     let n = w.iter().position(|x| { cum += x.1; cum >= f64::from(p) * total });
+//!     if p < 1.0 {
+//!         w.truncate(n.map_or(w.len(), |i| i + 1));
+//!     }
+//!     let kept: f64 = w.iter().map(|x| x.1).sum();
+//!     w.into_iter().map(|(id, x)| (id, x / kept)).collect()
+//! }
+//!
+//! proptest!(|(row in strategies::row(1..300, Shape::Peaked), p in 0.01f32..=1.0)| {
+//!     let params = SamplingParams::builder().top_p(p).build()?;
+//!     let expected = Expected::new(&row, &params)?;
+//!     expected.check_distribution(&my_top_p(&row, p), 1e-9)?;
+//! });
+//! ```
+//!
+//! The same three lines check any sampler function: build the parameters, compute the
+//! [`Expected`] outcome, and compare. [`Expected::check_draw`] compares the token your
+//! sampler draws for a uniform `u` with the reference's inverse CDF.
+
+pub mod properties;
+pub mod strategies;
+
+pub use crate::reference;
+pub use properties::{Expected, Mismatch};
+pub use strategies::{Case, Shape, TokenHistory};
