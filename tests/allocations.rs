@@ -1,0 +1,126 @@
+//! Once warm, sampling allocates nothing: counted with a global allocator.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use logits::{half::bf16, Sampler, SamplingParams, TokenMask};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// The counting allocator forwards to the system allocator and only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged; the caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was returned by `System.alloc` with this layout (see `alloc`).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged; `ptr` came from this allocator with `layout`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const V: usize = 151_936;
+
+/// A deterministic peaked row: a few dozen plausible tokens above a background.
+fn row() -> Vec<f32> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..V)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let noise = (x >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0;
+            if i % 5003 == 0 {
+                12.0 + noise
+            } else {
+                noise
+            }
+        })
+        .collect()
+}
+
+/// Runs `steps` draws after two warm-up draws and returns the allocations they made.
+fn allocations_while_sampling(params: SamplingParams, mask: Option<&TokenMask>) -> usize {
+    let r = row();
+    let r16: Vec<bf16> = r.iter().map(|&x| bf16::from_f32(x)).collect();
+    let mut s = Sampler::new(params, V).unwrap();
+    s.push_prompt(&[1, 2, 3, 4, 5]).unwrap();
+    s.reserve(1000);
+    for _ in 0..2 {
+        match mask {
+            Some(m) => s.sample_masked(&r, m).unwrap(),
+            None => s.sample(&r).unwrap(),
+        };
+        s.sample(&r16).unwrap();
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..20 {
+        let out = match mask {
+            Some(m) => s.sample_masked(&r, m).unwrap(),
+            None => s.sample(&r).unwrap(),
+        };
+        assert!((out.token as usize) < V);
+        s.sample(&r16).unwrap();
+    }
+    ALLOCATIONS.load(Ordering::Relaxed) - before
+}
+
+// One test function: the counter is global, so the cases run one after another.
+#[test]
+fn warm_sampler_does_not_allocate() {
+    let qwen3 = SamplingParams::builder()
+        .temperature(0.6)
+        .top_k(20)
+        .top_p(0.95)
+        .build()
+        .unwrap();
+    let cases = [
+        ("qwen3", qwen3.clone()),
+        ("greedy", SamplingParams::greedy()),
+        ("plain", SamplingParams::default()),
+        (
+            "top_p",
+            SamplingParams::builder().top_p(0.95).build().unwrap(),
+        ),
+        (
+            "min_p",
+            SamplingParams::builder().min_p(0.05).build().unwrap(),
+        ),
+        (
+            "large_k",
+            SamplingParams::builder().top_k(1000).build().unwrap(),
+        ),
+        (
+            "penalties_bias_logprobs",
+            qwen3
+                .to_builder()
+                .repetition_penalty(1.1)
+                .frequency_penalty(0.5)
+                .presence_penalty(0.5)
+                .penalty_window(64)
+                .logit_bias(7, -3.0)
+                .logprobs(20)
+                .build()
+                .unwrap(),
+        ),
+    ];
+    for (name, params) in cases {
+        assert_eq!(allocations_while_sampling(params, None), 0, "{name}");
+    }
+    let mut mask = TokenMask::new_full(V);
+    for id in (0..V as u32).step_by(3) {
+        mask.disallow(id).unwrap();
+    }
+    assert_eq!(allocations_while_sampling(qwen3, Some(&mask)), 0, "masked");
+}
