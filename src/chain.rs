@@ -202,6 +202,14 @@ impl Chain {
                 row_len: row.len(),
             });
         }
+        if let Some(mask) = mask {
+            if mask.len() != n {
+                return Err(Error::LengthMismatch {
+                    expected: n,
+                    actual: mask.len(),
+                });
+            }
+        }
         let row = &row[..n];
         self.cands.reset_from(row.iter().map(|x| x.to_f32()));
         let raw_max = adjust::recheck(self.cands.logits())?;

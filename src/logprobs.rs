@@ -3,14 +3,16 @@
 use crate::element::Logit;
 use crate::TokenId;
 
-/// `logsumexp` of the raw row in `f64`, given its maximum.
-pub(crate) fn log_sum_exp<T: Logit>(row: &[T], max: f32) -> f64 {
+/// `ln(sum(exp(x - max)))` of the raw row in `f64`, given its maximum: the log-sum-exp
+/// shifted by `max`, so that `x - lse = (x - max) - ln_z` stays exact for huge logits
+/// (`max + ln_z` would round back to `max` near `f32::MAX`).
+pub(crate) fn log_z<T: Logit>(row: &[T], max: f32) -> f64 {
     if max == f32::NEG_INFINITY {
         return f64::NEG_INFINITY;
     }
     let m = f64::from(max);
     let z: f64 = row.iter().map(|&x| (f64::from(x.to_f32()) - m).exp()).sum();
-    m + z.ln()
+    z.ln()
 }
 
 /// The `n` largest finite entries of `row` (ties to the lower id), largest first, written
@@ -18,6 +20,9 @@ pub(crate) fn log_sum_exp<T: Logit>(row: &[T], max: f32) -> f64 {
 pub(crate) fn top_n<T: Logit>(row: &[T], out: &mut [(f32, TokenId)]) -> usize {
     let n = out.len();
     let mut len = 0;
+    if n == 0 {
+        return 0;
+    }
     for (i, &x) in row.iter().enumerate() {
         let l = x.to_f32();
         if l == f32::NEG_INFINITY || (len == n && l <= out[n - 1].0) {
@@ -42,15 +47,16 @@ pub(crate) fn fill<T: Logit>(
     out: &mut crate::Sample,
     final_logprob: impl Fn(TokenId) -> f32,
 ) {
-    let lse = log_sum_exp(row, raw_max);
-    out.raw_logprob = Some((f64::from(row[out.token as usize].to_f32()) - lse) as f32);
+    let (m, ln_z) = (f64::from(raw_max), log_z(row, raw_max));
+    let raw = |l: f32| ((f64::from(l) - m) - ln_z) as f32;
+    out.raw_logprob = Some(raw(row[out.token as usize].to_f32()));
     let mut top = [(0.0f32, 0 as TokenId); crate::MAX_LOGPROBS];
     let n_alt = n_alt.min(crate::MAX_LOGPROBS);
     let found = top_n(row, &mut top[..n_alt]);
     for &(l, id) in &top[..found] {
         out.push_alternative(crate::Alternative {
             token: id,
-            raw_logprob: (f64::from(l) - lse) as f32,
+            raw_logprob: raw(l),
             logprob: final_logprob(id),
         });
     }

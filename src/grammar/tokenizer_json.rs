@@ -109,12 +109,20 @@ impl Vocab {
         };
         let decoder = byte_decoder();
         let mut slots: Vec<Option<(Vec<u8>, TokenKind)>> = Vec::new();
+        // Ids are checked against the row before any slot is allocated, so a hostile id
+        // near u32::MAX is an error, not a huge allocation.
         let mut put = |id: TokenId, bytes: Vec<u8>, kind: TokenKind| {
             let i = id as usize;
+            if i >= n_logits {
+                return Err(GrammarError::InvalidVocab(format!(
+                    "token id {id} does not fit the logits row of {n_logits} slots"
+                )));
+            }
             if slots.len() <= i {
                 slots.resize(i + 1, None);
             }
             slots[i] = Some((bytes, kind));
+            Ok(())
         };
         for (token, id) in entries {
             let id = to_id(id, &format!("the id of token {token:?}"))?;
@@ -136,7 +144,7 @@ impl Vocab {
                     "token {id} has an empty string"
                 )));
             }
-            put(id, bytes, TokenKind::Text);
+            put(id, bytes, TokenKind::Text)?;
         }
         if let Some(added) = root.get("added_tokens") {
             let Json::Array(added) = added else {
@@ -156,7 +164,7 @@ impl Vocab {
                     .ok_or_else(|| {
                         GrammarError::TokenizerJson(format!("added token {id} has no \"content\""))
                     })?;
-                put(id, content.as_bytes().to_vec(), TokenKind::Special);
+                put(id, content.as_bytes().to_vec(), TokenKind::Special)?;
             }
         }
         if slots.len() > n_logits {

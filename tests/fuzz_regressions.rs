@@ -1,0 +1,111 @@
+//! Inputs the fuzz targets (`fuzz/`) found that broke a promise of the crate. Each test
+//! is the minimised input with the fixed behaviour asserted, so the bug cannot return.
+
+use logits::grammar::{GrammarError, Vocab};
+use logits::{Chain, Sampler, SamplingParams};
+
+/// Fuzz target `pipeline`: `logprobs(0)` (a raw logprob but no alternatives, which the
+/// builder accepts) made every draw panic on an index underflow in the top-n search.
+#[test]
+fn logprobs_with_zero_alternatives() {
+    let params = SamplingParams::builder()
+        .logprobs(0)
+        .seed(3)
+        .build()
+        .unwrap();
+    let row = [1.0f32, 2.0, 0.5];
+    let mut s = Sampler::new(params.clone(), 3).unwrap();
+    let out = s.sample(&row).unwrap();
+    assert!(out.alternatives().is_empty());
+    let raw = out.raw_logprob.expect("a raw logprob is still reported");
+    let want = logits::reference::raw_logprob(&row, 3, out.token);
+    assert!((f64::from(raw) - want).abs() < 1e-6, "{raw} vs {want}");
+
+    let mut greedy =
+        Sampler::new(params.to_builder().temperature(0.0).build().unwrap(), 3).unwrap();
+    assert_eq!(greedy.sample(&row).unwrap().token, 1);
+
+    let mut chain = Chain::builder(3).draw().logprobs(0).build().unwrap();
+    let out = chain.sample(&row).unwrap();
+    assert!(out.alternatives().is_empty() && out.raw_logprob.is_some());
+}
+
+/// Fuzz target `tail_cut`: with logits near `f32::MAX` the raw log-softmax was computed
+/// as `l - (max + ln z)`, and `max + ln z` rounds back to `max` at that magnitude, so two
+/// tokens tied at the maximum each got raw probability 1 (summing to 2).
+#[test]
+fn raw_logprobs_of_huge_logits_sum_to_one() {
+    for top in [f32::MAX, 1e38, 1e20] {
+        let row = [top, top, 0.0, -top];
+        let params = SamplingParams::builder()
+            .logprobs(4)
+            .seed(1)
+            .build()
+            .unwrap();
+        let out = Sampler::new(params, 4).unwrap().sample(&row).unwrap();
+        let alts = out.alternatives();
+        assert_eq!(alts.len(), 4);
+        for a in &alts[..2] {
+            assert!((a.raw_logprob - 0.5f32.ln()).abs() < 1e-6, "{top}: {a:?}");
+            assert!((a.logprob - 0.5f32.ln()).abs() < 1e-6, "{top}: {a:?}");
+        }
+        let sum: f64 = alts.iter().map(|a| f64::from(a.raw_logprob).exp()).sum();
+        assert!(
+            (sum - 1.0).abs() < 1e-5,
+            "{top}: raw probabilities sum to {sum}"
+        );
+        assert_eq!(out.raw_logprob, Some(0.5f32.ln()));
+
+        let mut chain = Chain::builder(4).draw().logprobs(4).build().unwrap();
+        let out = chain.sample(&row).unwrap();
+        let sum: f64 = out
+            .alternatives()
+            .iter()
+            .map(|a| f64::from(a.raw_logprob).exp())
+            .sum();
+        assert!(
+            (sum - 1.0).abs() < 1e-5,
+            "{top}: chain raw probabilities sum to {sum}"
+        );
+    }
+}
+
+/// Fuzz target `tokenizer_json`: a token id near `u32::MAX` in `model.vocab` or
+/// `added_tokens` made the loader allocate a slot for every id below it (128 GiB) before
+/// comparing with the logits row, so a hostile file aborted the process. It must be an
+/// `InvalidVocab` error, decided without allocating.
+#[test]
+fn tokenizer_json_with_a_huge_token_id() {
+    let file = |vocab: &str, added: &str| {
+        format!(
+            r#"{{"added_tokens": [{added}], "pre_tokenizer": {{"type": "ByteLevel"}},
+                "model": {{"type": "BPE", "vocab": {{{vocab}}}, "merges": []}}}}"#
+        )
+    };
+    let ok = file(
+        r#""a": 0, "b": 1"#,
+        r#"{"id": 2, "content": "<eos>", "special": true}"#,
+    );
+    assert_eq!(Vocab::from_tokenizer_json(&ok, 8, &[2]).unwrap().len(), 8);
+    for (vocab, added) in [
+        (
+            r#""a": 0, "b": 4294967295"#,
+            r#"{"id": 2, "content": "<eos>"}"#,
+        ),
+        (
+            r#""a": 0, "b": 1"#,
+            r#"{"id": 4294967295, "content": "<eos>"}"#,
+        ),
+        (
+            r#""a": 0, "b": 3000000000"#,
+            r#"{"id": 2, "content": "<eos>"}"#,
+        ),
+        (r#""a": 0, "b": 8"#, r#"{"id": 2, "content": "<eos>"}"#),
+    ] {
+        let r = Vocab::from_tokenizer_json(&file(vocab, added), 8, &[2]);
+        assert!(
+            matches!(r, Err(GrammarError::InvalidVocab(_))),
+            "{vocab} {added}: {r:?}"
+        );
+    }
+}
