@@ -12,8 +12,10 @@
 //!   logits row ([`TokenMask::apply`](crate::TokenMask::apply)) and enforces the rules below.
 //! - Built-in constraints with no dependency: [`TokenSet`] (a fixed set of ids) and
 //!   [`Choice`] (one of N literal strings, walked over the token bytes).
-//! - With the cargo feature `llguidance`: [`LlgEngine`], which compiles regexes, JSON
-//!   schemas and Lark-style context-free grammars with the llguidance engine.
+//! - With the cargo feature `llguidance`: `LlgEngine`, which compiles regexes, JSON
+//!   schemas and Lark-style context-free grammars with the llguidance engine (llguidance
+//!   1.9.1, `default-features = false` plus `lark`: about 27 crates and a minute of build
+//!   time on two cores).
 //!
 //! # Rules every constraint obeys
 //! [`GrammarMask`] enforces these whatever engine sits behind it:
