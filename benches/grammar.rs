@@ -19,15 +19,19 @@ const N_LOGITS: usize = 151_936;
 const EOS: [TokenId; 2] = [151_645, 151_643];
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/qwen3");
 
+#[cfg(feature = "llguidance")]
 const REGEX: &str = "[0-9]{3}-[0-9]{4}";
+#[cfg(feature = "llguidance")]
 const SCHEMA: &str = r#"{"type": "object", "properties": {"name": {"type": "string"},
  "age": {"type": "integer"}, "color": {"enum": ["red", "green", "blue"]},
  "scores": {"type": "array", "items": {"type": "number"}}},
  "required": ["name", "age", "color", "scores"], "additionalProperties": false}"#;
+#[cfg(feature = "llguidance")]
 const SCHEMA_MAXLEN: &str = r#"{"type": "object", "properties": {
  "title": {"type": "string", "maxLength": 40},
  "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "minItems": 1, "maxItems": 3},
  "ok": {"type": "boolean"}}, "required": ["title", "tags", "ok"], "additionalProperties": false}"#;
+#[cfg(feature = "llguidance")]
 const LARK: &str = "start: expr\nexpr: term ((\"+\" | \"-\") term)*\nterm: factor ((\"*\" | \"/\") factor)*\nfactor: NUMBER | \"(\" expr \")\"\nNUMBER: /[0-9]+/\n";
 
 fn load_vocab() -> Arc<Vocab> {
@@ -42,6 +46,7 @@ fn load_vocab() -> Arc<Vocab> {
     Arc::new(v)
 }
 
+#[cfg(feature = "llguidance")]
 fn sample_ids(name: &str) -> Vec<TokenId> {
     let text = std::fs::read_to_string(format!("{DATA}/grammar_samples.json")).expect("samples");
     let all: serde_json::Value = serde_json::from_str(&text).expect("json");
