@@ -4,9 +4,9 @@
 #
 #   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]
 #
-# SECONDS_PER_TARGET defaults to 30. Targets default to all of them. Exits non-zero on
-# the first target that finds a crash, a leak, a timeout or an out-of-memory input; the
-# input is kept under fuzz/artifacts/<target>/.
+# SECONDS_PER_TARGET defaults to 30. Targets default to all of them. Every target runs;
+# the script exits non-zero if any found a crash, a leak, a timeout or an out-of-memory
+# input, which is kept under fuzz/artifacts/<target>/.
 #
 # How it works without nightly: sanitizer-coverage instrumentation is requested with
 # stable codegen flags (-Cpasses=sancov-module and -Cllvm-args=...), and AddressSanitizer
@@ -48,7 +48,7 @@ for t in "${TARGETS[@]}"; do
         tail -n 60 "artifacts/$t/log.txt"
         echo "== $t FAILED: see fuzz/artifacts/$t/"
         status=1
-        break
+        continue
     fi
     grep -E "^(stat::number_of_executed_units|Done)" "artifacts/$t/log.txt" || tail -n 3 "artifacts/$t/log.txt"
 done

@@ -106,6 +106,9 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         .collect::<arbitrary::Result<_>>()?;
     let pushed = fast.push_prompt(&prompt);
     assert_eq!(pushed, f32_path.push_prompt(&prompt));
+    // A refused prompt is not pushed at all.
+    let prompt_len = if pushed.is_ok() { prompt.len() } else { 0 };
+    assert_eq!(fast.history().tokens().len(), prompt_len);
     match pushed {
         Ok(()) => assert!(prompt.iter().all(|&t| (t as usize) < vocab)),
         Err(e) => {
@@ -151,7 +154,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 let n = usize::from(n % 4);
                 fast.rollback(n);
                 f32_path.rollback(n);
-                let h = History::new(&before, prompt.len().min(before.len()));
+                let h = History::new(&before, prompt_len);
                 let keep = before.len() - n.min(h.generated().len());
                 assert_eq!(fast.history().tokens(), &before[..keep]);
             }
@@ -188,7 +191,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                     Some(m) => f32_path.sample_masked(&row32, m),
                 };
                 assert_eq!(got, via_f32, "f32 and {dtype:?} paths differ");
-                let history = History::new(&before, prompt.len().min(before.len()));
+                let history = History::new(&before, prompt_len);
                 let step = history.step();
                 let u_draw = DrawRng::new(params.seed()).uniform(step);
                 // Sampler checks the mask length before the row's values.
