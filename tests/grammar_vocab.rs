@@ -177,7 +177,7 @@ fn malformed_files_and_bad_parameters_are_typed_errors() {
     // Logits row smaller than the tokenizer.
     let e = Vocab::from_tokenizer_json(&json, 4, &[5]).unwrap_err();
     assert!(
-        matches!(e, GrammarError::InvalidVocab(ref m) if m.contains("only 4 slots")),
+        matches!(e, GrammarError::InvalidVocab(ref m) if m.contains("row of 4 slots")),
         "{e}"
     );
     // EOS that is a text token, a padding slot, or out of range.
