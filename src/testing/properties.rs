@@ -1,6 +1,6 @@
 //! Checks of a sampler under test against the reference: kept set, probabilities, draw.
 //!
-//! [`Expected`] runs [`reference`](crate::reference) once for one step and then answers
+//! [`Expected`] runs [`reference`](mod@crate::reference) once for one step and then answers
 //! three questions about any other implementation's output for the same step:
 //!
 //! - [`check_kept_set`](Expected::check_kept_set): does it keep exactly the tokens the

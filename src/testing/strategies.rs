@@ -137,7 +137,7 @@ pub fn any_row(size: impl Into<SizeRange>) -> BoxedStrategy<Vec<f32>> {
 }
 
 /// Uniforms in `[0, 1)` of the kind the [`Sampler`](crate::Sampler) draws: a random
-/// `u64` through [`u64_to_unit`](crate::u64_to_unit), and `0.0` itself now and then.
+/// `u64` through [`u64_to_unit`], and `0.0` itself now and then.
 pub fn uniform() -> BoxedStrategy<f64> {
     prop_oneof![1 => Just(0.0), 15 => any::<u64>().prop_map(u64_to_unit)].boxed()
 }
