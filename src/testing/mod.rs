@@ -28,7 +28,8 @@
 //!   a sampler under test keeps the same set of tokens, gives them the same
 //!   probabilities within a tolerance, and draws the same token for a given uniform.
 //!   The checks return a [`Mismatch`], which converts into proptest's `TestCaseError`,
-//!   so `?` works inside `proptest!`.
+//!   so `?` works inside `proptest!`. [`check_sampler`](properties::check_sampler) runs
+//!   the same checks on this crate's own [`Sampler`](crate::Sampler).
 //!
 //! # Example: your own top-p against ours
 //!

@@ -45,6 +45,8 @@ use crate::history::History;
 use crate::mask::TokenMask;
 use crate::params::SamplingParams;
 use crate::reference::{self, Candidate};
+use crate::sampler::Sampler;
+use crate::testing::Case;
 use crate::TokenId;
 
 /// How an implementation under test differs from the reference.
@@ -338,6 +340,57 @@ pub fn check_draw(
     expected(row, params)?.check_draw(u, token, tolerance)
 }
 
+/// Checks this crate's [`Sampler`] on one [`Case`] against the reference: the same
+/// final distribution ([`Sampler::distribution`], probabilities within `tolerance`),
+/// the same token for the uniform `case.u` ([`Sampler::sample_with_uniform`],
+/// boundaries within `1e-9`), and the same error where the reference refuses the
+/// input.
+///
+/// # Errors
+/// A [`Mismatch`] describing the first difference.
+///
+/// # Example
+/// ```
+/// use logits::testing::{properties::check_sampler, strategies::case};
+/// use proptest::prelude::*;
+///
+/// proptest!(|(c in case(1..100))| {
+///     check_sampler(&c, 1e-9)?;
+/// });
+/// ```
+pub fn check_sampler(case: &Case, tolerance: f64) -> Result<(), Mismatch> {
+    let n = case.row.len();
+    let history = case.history.view();
+    let expected = Expected::with_history(&case.row, n, &case.params, &history, None);
+    let sampler = || -> Result<Sampler, Error> {
+        let mut s = Sampler::new(case.params.clone(), n)?;
+        s.push_prompt(case.history.prompt())?;
+        case.history
+            .generated()
+            .iter()
+            .try_for_each(|&t| s.accept(t))?;
+        Ok(s)
+    };
+    let mut dist = Vec::new();
+    let got = sampler().and_then(|mut s| s.distribution(&case.row, None, &mut dist));
+    let expected = match (expected, got) {
+        (Ok(e), Ok(())) => e,
+        (Err(want), Err(got)) if want == got => return Ok(()),
+        (want, got) => {
+            return Err(Mismatch::new(format!(
+                "the reference gives {:?}, the sampler {got:?}",
+                want.map(|e| e.distribution)
+            )))
+        }
+    };
+    expected.check_distribution(&dist, tolerance)?;
+    let token = sampler()
+        .and_then(|mut s| s.sample_with_uniform(&case.row, None, case.u))
+        .map_err(|e| Mismatch::new(format!("the sampler refuses to draw: {e}")))?
+        .token;
+    expected.check_draw(case.u, token, 1e-9)
+}
+
 fn expected(row: &[f32], params: &SamplingParams) -> Result<Expected, Mismatch> {
     Expected::new(row, params)
         .map_err(|e| Mismatch::new(format!("the reference refuses the input: {e}")))
@@ -347,7 +400,7 @@ fn expected(row: &[f32], params: &SamplingParams) -> Result<Expected, Mismatch> 
 mod tests {
     use super::*;
     use crate::testing::strategies::{case, cut_params, row, Shape};
-    use crate::{DrawRng, Sampler};
+    use crate::DrawRng;
     use proptest::prelude::*;
 
     /// The top-p 0.8 worked example, with the remaining 0.09 of mass over ten tokens.
@@ -429,12 +482,19 @@ mod tests {
         Ok(())
     }
 
-    use crate::testing::Case;
-
     proptest! {
         #[test]
         fn sampler_agrees_with_the_reference(c in case(1..=20)) {
             sampler_matches(&c)?;
+        }
+
+        #[test]
+        fn check_sampler_passes_on_small_and_large_rows(
+            small in case(1..=20),
+            large in case(500..3000),
+        ) {
+            check_sampler(&small, 1e-9)?;
+            check_sampler(&large, 1e-9)?;
         }
 
         #[test]

@@ -26,6 +26,7 @@ use proptest::prelude::*;
 use crate::history::History;
 use crate::params::SamplingParams;
 use crate::rng::u64_to_unit;
+use crate::testing::Expected;
 use crate::TokenId;
 
 /// The shape of a generated logits row.
@@ -323,18 +324,35 @@ pub struct Case {
     pub u: f64,
 }
 
+impl Case {
+    /// The reference outcome of this case ([`Expected::with_history`] over the whole row,
+    /// no mask).
+    ///
+    /// # Errors
+    /// Those of [`Expected::with_history`].
+    pub fn expected(&self) -> Result<Expected, crate::Error> {
+        Expected::with_history(
+            &self.row,
+            self.row.len(),
+            &self.params,
+            &self.history.view(),
+            None,
+        )
+    }
+}
+
 /// Complete [`Case`]s with a vocabulary size in `vocab` (at least 1): a row of any
 /// [`Shape`], [`sampling_params`] for it, a [`history`] of up to 24 tokens and a
 /// [`uniform`].
 ///
 /// # Example
 /// ```
-/// use logits::testing::{strategies::case, Expected};
+/// use logits::testing::strategies::case;
 /// use proptest::prelude::*;
 ///
 /// proptest!(|(c in case(1..40))| {
 ///     // Every generated case is valid input; only banning every token fails.
-///     match Expected::with_history(&c.row, c.row.len(), &c.params, &c.history.view(), None) {
+///     match c.expected() {
 ///         Ok(e) => prop_assert!(e.kept_ids().contains(&e.token_for(c.u))),
 ///         Err(err) => prop_assert_eq!(err, logits::Error::NoCandidates),
 ///     }
@@ -353,4 +371,59 @@ pub fn case(vocab: impl Into<SizeRange>) -> BoxedStrategy<Case> {
             u,
         })
         .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn flat_rows_are_within_a_narrow_band(r in row(1..200, Shape::Flat)) {
+            let max = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let min = r.iter().copied().fold(f32::INFINITY, f32::min);
+            prop_assert!(max - min <= 0.0201, "{} .. {}", min, max);
+        }
+
+        #[test]
+        fn neg_inf_rows_keep_a_finite_entry(r in row(1..8, Shape::WithNegInf)) {
+            prop_assert!(r.iter().any(|l| l.is_finite()));
+            prop_assert!(r.iter().all(|&l| l.is_finite() || l == f32::NEG_INFINITY));
+        }
+
+        #[test]
+        fn extreme_rows_stay_in_their_classes(r in row(1..64, Shape::Extreme)) {
+            for &l in &r {
+                let a = l.abs();
+                prop_assert!(
+                    (1e30..=1e38).contains(&a) || a < 10.0 || l.is_subnormal(),
+                    "{}", l
+                );
+            }
+        }
+
+        #[test]
+        fn sizes_are_respected_and_at_least_one(a in any_row(0..5), b in any_row(7)) {
+            prop_assert!((1..5).contains(&a.len()));
+            prop_assert_eq!(b.len(), 7);
+        }
+
+        #[test]
+        fn uniforms_are_in_the_unit_interval(u in uniform()) {
+            prop_assert!((0.0..1.0).contains(&u));
+        }
+
+        #[test]
+        fn histories_split_into_prompt_and_generated(h in history(5, 0..30)) {
+            prop_assert_eq!(h.prompt().len() + h.generated().len(), h.tokens.len());
+            prop_assert_eq!(h.view().step(), h.generated().len() as u64);
+            prop_assert!(h.tokens.iter().all(|&t| t < 5));
+        }
+
+        #[test]
+        fn generated_params_keep_bias_inside_the_vocabulary(p in sampling_params(3)) {
+            prop_assert!(p.logit_bias().iter().all(|&(id, _)| id < 3));
+            prop_assert!(crate::Sampler::new(p, 3).is_ok());
+        }
+    }
 }
