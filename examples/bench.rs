@@ -17,11 +17,28 @@
 //! | `--top-k K`, `--top-p P`, `--min-p P` | off | the tail cuts |
 //! | `--repetition-penalty R`, `--frequency-penalty F`, `--presence-penalty P` | off | the penalties, over a history of `--history N` (default 64) generated ids |
 //! | `--order default\|llama` | default | the stage order of the timed [`Chain`]: the documented one, or llama.cpp's (temperature after the cuts) |
+//! | `--chain SPEC` | — | time this chain instead: stages in order, comma-separated (see below) |
 //! | `--dtype f32\|bf16\|f16` | f32 | the row's element type |
 //! | `--iters N` | 200 | timed calls per implementation |
 //! | `--warmup N` | 20 | untimed calls before them |
 //! | `--ref-iters N` | min(iters, 30) | timed calls of the (slow) reference |
 //! | `--csv` | off | CSV on stdout instead of a table |
+//!
+//! # Any chain
+//!
+//! `--chain` takes the stages of the timed [`Chain`] in order, each `name=arguments`
+//! with `:` between arguments, and ends in a draw unless the last stage is `greedy`:
+//!
+//! ```text
+//! temperature=T  top_k=K  top_p=P  min_p=P  typical_p=P  top_n_sigma=N  epsilon=E
+//! eta=E  xtc=PROBABILITY:THRESHOLD  penalties=REPETITION:FREQUENCY:PRESENCE
+//! dry=MULTIPLIER:BASE:ALLOWED_LENGTH  dynatemp=T:DELTA:EXPONENT  mirostat_v2=TAU:ETA
+//! greedy
+//! ```
+//!
+//! For example `--chain top_k=40,typical_p=0.9,temperature=0.8` or
+//! `--chain penalties=1.1:0:0,top_n_sigma=1,temperature=1.2`. The `sampler` and
+//! `reference` rows still use the `--temperature`/`--top-*`/`--min-p` options.
 //!
 //! # Method
 //!
@@ -52,8 +69,9 @@ use std::time::{Duration, Instant};
 
 use logits::half::{bf16, f16};
 use logits::{
-    reference, Chain, Error, History, Logit, MinP, Penalties, Sampler, SamplingParams, Temperature,
-    TokenId, TopK, TopP,
+    reference, Chain, Dry, DynamicTemperature, EpsilonCutoff, Error, EtaCutoff, History, Logit,
+    MinP, MirostatV2, Penalties, Sampler, SamplingParams, Temperature, TokenId, TopK, TopNSigma,
+    TopP, TypicalP, Xtc,
 };
 
 #[derive(Clone, Debug)]
@@ -69,6 +87,7 @@ struct Options {
     presence: f32,
     history: usize,
     order: String,
+    chain: Option<String>,
     dtype: String,
     iters: usize,
     warmup: usize,
@@ -78,7 +97,8 @@ struct Options {
 
 const USAGE: &str = "usage: bench [--vocab N] [--shape peaked|flat] [--temperature T] \
 [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--frequency-penalty F] \
-[--presence-penalty P] [--history N] [--order default|llama] [--dtype f32|bf16|f16] \
+[--presence-penalty P] [--history N] [--order default|llama] [--chain SPEC] \
+[--dtype f32|bf16|f16] \
 [--iters N] [--warmup N] [--ref-iters N] [--csv]";
 
 fn parse() -> Result<Options, String> {
@@ -94,6 +114,7 @@ fn parse() -> Result<Options, String> {
         presence: 0.0,
         history: 64,
         order: "default".into(),
+        chain: None,
         dtype: "f32".into(),
         iters: 200,
         warmup: 20,
@@ -126,6 +147,7 @@ fn parse() -> Result<Options, String> {
             "--presence-penalty" => o.presence = num(&value)? as f32,
             "--history" => o.history = int(&value)?,
             "--order" => o.order = value,
+            "--chain" => o.chain = Some(value),
             "--dtype" => o.dtype = value,
             "--iters" => o.iters = int(&value)?.max(1),
             "--warmup" => o.warmup = int(&value)?,
@@ -190,6 +212,48 @@ fn params(o: &Options) -> Result<SamplingParams, Error> {
         b = b.top_k(k);
     }
     b.build()
+}
+
+/// Builds the `--chain` specification.
+fn custom_chain(vocab: usize, spec: &str) -> Result<Chain, String> {
+    let mut b = Chain::builder(vocab).seed(1);
+    let mut greedy = false;
+    for stage in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, args) = stage.split_once('=').unwrap_or((stage, ""));
+        let nums: Vec<f32> = args
+            .split(':')
+            .filter(|a| !a.is_empty())
+            .map(|a| a.parse::<f32>().map_err(|e| format!("{stage}: {e}")))
+            .collect::<Result<_, _>>()?;
+        let arg = |i: usize| {
+            nums.get(i)
+                .copied()
+                .ok_or_else(|| format!("{stage}: missing argument {}", i + 1))
+        };
+        let err = |e: Error| format!("{stage}: {e}");
+        b = match name {
+            "greedy" => {
+                greedy = true;
+                b
+            }
+            "temperature" => b.stage(Temperature::new(arg(0)?).map_err(err)?),
+            "top_k" => b.stage(TopK::new(arg(0)? as usize).map_err(err)?),
+            "top_p" => b.stage(TopP::new(arg(0)?).map_err(err)?),
+            "min_p" => b.stage(MinP::new(arg(0)?).map_err(err)?),
+            "typical_p" => b.stage(TypicalP::new(arg(0)?).map_err(err)?),
+            "top_n_sigma" => b.stage(TopNSigma::new(arg(0)?).map_err(err)?),
+            "epsilon" => b.stage(EpsilonCutoff::new(arg(0)?).map_err(err)?),
+            "eta" => b.stage(EtaCutoff::new(arg(0)?).map_err(err)?),
+            "xtc" => b.stage(Xtc::new(arg(0)?, arg(1)?).map_err(err)?),
+            "penalties" => b.stage(Penalties::new(arg(0)?, arg(1)?, arg(2)?).map_err(err)?),
+            "dry" => b.stage(Dry::new(arg(0)?, arg(1)?, arg(2)? as usize).map_err(err)?),
+            "dynatemp" => b.stage(DynamicTemperature::new(arg(0)?, arg(1)?, arg(2)?).map_err(err)?),
+            "mirostat_v2" => b.stage(MirostatV2::new(arg(0)?, arg(1)?).map_err(err)?),
+            other => return Err(format!("--chain: unknown stage {other:?}")),
+        };
+    }
+    b = if greedy { b.greedy() } else { b.draw() };
+    b.build().map_err(|e| format!("--chain: {e}"))
 }
 
 fn chain(o: &Options, p: &SamplingParams) -> Result<Chain, Error> {
@@ -286,7 +350,10 @@ fn stats(name: &'static str, mut t: Vec<Duration>) -> Stats {
     }
 }
 
-fn run<T: Logit>(o: &Options, convert: fn(f32) -> T) -> Result<Vec<Stats>, Error> {
+fn run<T: Logit>(
+    o: &Options,
+    convert: fn(f32) -> T,
+) -> Result<Vec<Stats>, Box<dyn std::error::Error>> {
     let f32_rows: Vec<Vec<f32>> = (0..4).map(|s| generate(o, s)).collect();
     let rows: Vec<Vec<T>> = f32_rows
         .iter()
@@ -315,11 +382,14 @@ fn run<T: Logit>(o: &Options, convert: fn(f32) -> T) -> Result<Vec<Stats>, Error
         elapsed
     });
     if let Some(e) = failed {
-        return Err(e);
+        return Err(e.into());
     }
     out.push(stats("sampler", t));
 
-    let mut c = chain(o, &p)?;
+    let mut c = match &o.chain {
+        Some(spec) => custom_chain(o.vocab, spec)?,
+        None => chain(o, &p)?,
+    };
     for &t in &tokens {
         c.accept(t)?;
     }
@@ -337,13 +407,13 @@ fn run<T: Logit>(o: &Options, convert: fn(f32) -> T) -> Result<Vec<Stats>, Error
         elapsed
     });
     if let Some(e) = failed {
-        return Err(e);
+        return Err(e.into());
     }
     out.push(stats(
-        if o.order == "llama" {
-            "chain (llama order)"
-        } else {
-            "chain"
+        match (&o.chain, o.order.as_str()) {
+            (Some(_), _) => "chain (--chain)",
+            (None, "llama") => "chain (llama order)",
+            _ => "chain",
         },
         t,
     ));
@@ -362,7 +432,7 @@ fn run<T: Logit>(o: &Options, convert: fn(f32) -> T) -> Result<Vec<Stats>, Error
         elapsed
     });
     if let Some(e) = failed {
-        return Err(e);
+        return Err(e.into());
     }
     out.push(stats("reference (sort)", t));
     Ok(out)
