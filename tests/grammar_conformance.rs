@@ -462,6 +462,16 @@ fn wrong_length_logits_are_refused() {
 }
 
 #[test]
+fn engine_is_shareable_and_states_are_sendable() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<LlgEngine>();
+    send_sync::<Vocab>();
+    send::<LlgConstraint>();
+    send::<GrammarMask>();
+}
+
+#[test]
 fn engine_kind_names_in_errors() {
     assert_eq!(GrammarKind::JsonSchema.to_string(), "JSON schema");
     let _: &Vocab = &qwen3();

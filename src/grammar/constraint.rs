@@ -288,6 +288,10 @@ impl GrammarMask {
     /// Commits the sampled `token` and returns the new status ([`Status::Finished`] for an
     /// end-of-sequence id).
     ///
+    /// The status is the engine's, computed without a mask. An engine may report
+    /// [`Status::OpenAccepting`] where the next [`compute`](GrammarMask::compute) finds
+    /// that nothing but end-of-sequence can follow and reports [`Status::OnlyEos`].
+    ///
     /// # Errors
     /// [`GrammarError::TokenRejected`] when the mask does not allow `token` (the state is
     /// unchanged), [`GrammarError::AlreadyFinished`] after end-of-sequence, or an engine
