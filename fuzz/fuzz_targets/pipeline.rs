@@ -227,7 +227,8 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                         let (want, dist, near) = reference_draw(&survivors, u_draw);
                         assert!(
                             out.token == want || near,
-                            "token {} but the reference draws {want} (u {u_draw}, {dist:?})",
+                            "token {} but the reference draws {want} (u {u_draw}, {dist:?}); \
+                             step {step}, row {row32:?}, {params:?}, history {before:?}",
                             out.token
                         );
                         let finite = row32[..vocab].iter().filter(|l| l.is_finite()).count();

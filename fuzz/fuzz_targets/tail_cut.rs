@@ -86,7 +86,9 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     let mut sampler = Sampler::new(params.clone(), vocab).unwrap();
     let temperature = params.temperature();
 
-    for step in 0..u.int_in_range(1..=4)? {
+    // Draw n uses uniform n, where n counts the successful draws so far.
+    let mut step = 0u64;
+    for _ in 0..u.int_in_range(1..=4)? {
         let row = Row::arbitrary(u, Dtype::F32, vocab)?.to_f32();
         let got_chain = chain.sample(&row);
         let got_sampler = sampler.sample(&row);
@@ -113,11 +115,13 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             let out = got.unwrap_or_else(|e| panic!("{what}: {e:?}, reference {dist:?}"));
             assert!(
                 out.token == want || near,
-                "{what} drew {} but the reference draws {want} ({dist:?}, u {u_draw})",
+                "{what} drew {} but the reference draws {want} ({dist:?}, u {u_draw}); \
+                 step {step}, row {row:?}, {params:?}",
                 out.token
             );
             check_sample(&out, &dist, false, finite, Some(20));
         }
+        step += 1;
     }
     Ok(())
 }
