@@ -94,24 +94,33 @@ pub(crate) fn load<T: Logit>(chunk: &[T]) -> [f32; LANES] {
     v
 }
 
+/// Entries per block: the kernels reduce a block's lanes to one decision, so the
+/// horizontal work is paid once per `BLOCK` entries.
+pub(crate) const BLOCK: usize = 4 * LANES;
+
 /// Maximum of `row` converted to `f32`, checking for NaN and `+inf` in the same pass.
+///
+/// The check costs one addition per entry: a lane sum becomes NaN or `+inf` as soon as
+/// the lane sees a NaN or a `+inf` (`-inf` alone only makes it `-inf`, and `-inf` plus
+/// `+inf` is NaN), and it stays so. A finite sum that overflows to `+inf` is a false
+/// alarm that the exact scan then clears.
 ///
 /// # Errors
 /// [`Error::NanLogit`] or [`Error::InfiniteLogit`] for the first NaN or `+inf`.
 pub(crate) fn max_checked<T: Logit>(row: &[T]) -> Result<f32, Error> {
     let mut lanes = [f32::NEG_INFINITY; LANES];
-    let mut bad = [false; LANES];
+    let mut sum = [0.0f32; LANES];
     let chunks = row.chunks_exact(LANES);
     let rem = chunks.remainder();
     for c in chunks {
         let v = load(c);
         for j in 0..LANES {
-            bad[j] |= !(v[j] < f32::INFINITY);
+            sum[j] += v[j];
             lanes[j] = if v[j] > lanes[j] { v[j] } else { lanes[j] };
         }
     }
     let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut any_bad = bad.iter().any(|&b| b);
+    let mut any_bad = sum.iter().any(|s| !(*s < f32::INFINITY));
     for x in rem {
         let v = x.to_f32();
         any_bad |= !(v < f32::INFINITY);

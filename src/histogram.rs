@@ -2,10 +2,12 @@
 //! vocabulary.
 //!
 //! Every finite token falls in a bucket by its distance below the maximum in scaled
-//! units, `d = (max - l) / T`: bucket `b` holds `d` in `[b / 16, (b + 1) / 16)` nats, and
-//! the last bucket everything from 64 nats down (weights below `e^-64`). One pass
-//! accumulates each bucket's count and weight `sum exp(-d)` (in `f64`, with the
-//! vectorised [`exp_neg`](crate::exp::exp_neg), relative error below `4e-15`).
+//! units, `d = (max - l) / T`: bucket `b` holds `d` within `1 / 32` nat of `b / 16`
+//! nats, and the last bucket everything from about 64 nats down (weights below `e^-64`). One pass
+//! accumulates each bucket's count and weight `sum exp(-d)` in `f64`, with the
+//! vectorised `f32` [`exp_neg_f32`](crate::exp::exp_neg_f32) and a bound on each
+//! bucket's error ([`error_bound`]), or, when a decision falls within that bound, with
+//! the `f64` [`exp_neg`](crate::exp::exp_neg) (relative error below `4e-15`).
 //!
 //! The bucket index is a monotone (non-increasing) function of the logit, computed by the
 //! same [`key`] everywhere, so bucket order is the candidates' order: every token of
@@ -17,18 +19,23 @@
 //! row directly and take the sparse adjustments (bias, penalties) from an
 //! [`Overlay`].
 
-use crate::adjust::{load, Overlay, LANES};
+use crate::adjust::{load, Overlay, BLOCK, LANES};
 use crate::element::Logit;
-use crate::exp::exp_neg;
+use crate::exp::{exp_neg, exp_neg_f32, F32_ABS_ERROR, F32_REL_ERROR};
 use crate::top_k::order;
 use crate::TokenId;
 
 /// Number of buckets.
 pub(crate) const BUCKETS: usize = 1024;
+/// Length of the count and mass arrays: the buckets and one spare slot that the fill
+/// pass uses as a sink (always zero afterwards).
+pub(crate) const SLOTS: usize = BUCKETS + 1;
+/// A mask that keeps every slot index in range, so the scatter needs no bounds check.
+const SLOTS_MASK: usize = 2 * BUCKETS - 1;
 /// The last bucket, which also holds every token more than 64 nats below the maximum.
 pub(crate) const LAST: usize = BUCKETS - 1;
 /// Buckets per nat.
-const PER_NAT: f64 = 16.0;
+const PER_NAT: f32 = 16.0;
 /// The key of a `-inf` token: in no bucket.
 const NONE: u32 = BUCKETS as u32;
 
@@ -37,89 +44,157 @@ const NONE: u32 = BUCKETS as u32;
 pub(crate) struct Frame {
     /// Maximum of the adjusted row (finite).
     pub(crate) max: f32,
-    /// `1 / T` in `f64`.
-    pub(crate) inv_t: f64,
+    /// `1 / T` in `f32`, for the bucket keys and the fast weights.
+    inv_t32: f32,
+    /// `1 / T` in `f64`, for the precise weights.
+    inv_t: f64,
 }
 
 impl Frame {
     pub(crate) fn new(max: f32, t: f32) -> Self {
         Frame {
             max,
+            inv_t32: 1.0 / t,
             inv_t: 1.0 / f64::from(t),
         }
     }
 
-    /// `(l - max) / T` as the pass computes it (a multiplication by `1 / T`: monotone in
-    /// `l`, within an ulp of the exact quotient).
+    /// `(l - max) / T` in `f32` arithmetic (a multiplication by `1 / T`): monotone
+    /// non-decreasing in `l`, within `2.5e-7 |s|` of the exact value.
     #[inline(always)]
-    fn s(&self, l: f32) -> f64 {
+    fn s32(&self, l: f32) -> f32 {
+        (l - self.max) * self.inv_t32
+    }
+
+    /// `(l - max) / T` in `f64`, within an ulp of the exact quotient.
+    #[inline(always)]
+    fn s64(&self, l: f32) -> f64 {
         (f64::from(l) - f64::from(self.max)) * self.inv_t
     }
 }
 
-/// The bucket of a finite logit `l <= max`.
+/// `1.5 * 2^23`: adding it rounds a small `f32` to an integer held in the low bits.
+const ROUND_F32: f32 = 12_582_912.0;
+
+/// The bucket of a scaled logit computed by [`Frame::s32`]: `d = -16 s` rounded to the
+/// nearest integer (through the exponent trick, which vectorises, unlike a saturating
+/// cast), capped at [`LAST`]. A monotone function of `s`, so bucket order is logit order.
+/// An entry above the maximum (a patched token's raw value) gets bucket 0 or a key
+/// beyond every bucket.
 #[inline(always)]
-fn bucket_of_s(s: f64) -> u32 {
+fn bucket_of_s32(s: f32) -> u32 {
     let d = -s * PER_NAT;
-    (if d < LAST as f64 { d } else { LAST as f64 }) as i32 as u32
+    let d = if d < LAST as f32 { d } else { LAST as f32 };
+    (d + ROUND_F32).to_bits().wrapping_sub(ROUND_F32.to_bits())
 }
 
-/// The bucket of `l`, or [`NONE`] for `-inf`.
+/// The bucket of `l`, or [`NONE`] for `-inf`. The one key function every pass uses.
 #[inline(always)]
 pub(crate) fn key(l: f32, f: Frame) -> u32 {
+    let k = bucket_of_s32(f.s32(l));
     if l > f32::NEG_INFINITY {
-        bucket_of_s(f.s(l))
+        k
     } else {
         NONE
     }
 }
 
-/// The bucket holding scaled logit `s <= 0`.
+/// The bucket of scaled logit `s <= 0`.
 pub(crate) fn bucket_of(s: f64) -> usize {
-    bucket_of_s(s) as usize
+    bucket_of_s32(s as f32) as usize
+}
+
+/// Bound on the error of `mass[b]` as filled by a fast (`f32`) [`build`]: per weight, the
+/// relative error of [`exp_neg_f32`] plus the `f32` rounding of the argument's tail and
+/// of `e + e * lo` (`1.2e-7 + 2 * 6e-8`, rounded up to `4e-7`), and the absolute error
+/// below `-87`; the last bucket's weights are below `e^-64` each.
+pub(crate) fn error_bound(b: usize, count: u32, mass: f64) -> f64 {
+    if b == LAST {
+        f64::from(count) * 2e-28
+    } else {
+        mass * (F32_REL_ERROR + 2.8e-7) + f64::from(count) * F32_ABS_ERROR
+    }
 }
 
 /// Fills `count` and `mass` with the tokens of bucket `<= limit` of the adjusted row
-/// (`row` under `overlay`, whose maximum is `f.max`). Chunks whose largest entry is
+/// (`row` under `overlay`, whose maximum is `f.max`). Blocks whose largest entry is
 /// beyond `limit` are skipped without computing any `exp`.
+///
+/// `precise` selects the weights: the `f64` [`exp_neg`] (relative error `4e-15`), or the
+/// `f32` [`exp_neg_f32`] with the per-bucket error of [`error_bound`].
 pub(crate) fn build<T: Logit>(
+    row: &[T],
+    overlay: &Overlay,
+    f: Frame,
+    limit: usize,
+    precise: bool,
+    count: &mut [u32],
+    mass: &mut [f64],
+) {
+    if precise {
+        build_with(row, overlay, f, limit, count, mass, |f, l| {
+            exp_neg(f.s64(l))
+        });
+    } else {
+        build_with(row, overlay, f, limit, count, mass, |f, l| {
+            // The argument in f64, split in an f32 head and tail: e^(hi + lo) =
+            // e^hi (1 + lo) to second order in lo <= 2^-24 |s|.
+            let s = f.s64(l);
+            let hi = s as f32;
+            let lo = (s - f64::from(hi)) as f32;
+            let e = exp_neg_f32(hi);
+            f64::from(e + e * lo)
+        });
+    }
+}
+
+#[inline(always)]
+fn build_with<T: Logit>(
     row: &[T],
     overlay: &Overlay,
     f: Frame,
     limit: usize,
     count: &mut [u32],
     mass: &mut [f64],
+    weight: impl Fn(Frame, f32) -> f64,
 ) {
+    let count: &mut [u32; SLOTS] = count.try_into().expect("histogram size");
+    let mass: &mut [f64; SLOTS] = mass.try_into().expect("histogram size");
     count.iter_mut().for_each(|c| *c = 0);
     mass.iter_mut().for_each(|m| *m = 0.0);
     let lim = limit as u32;
-    let chunks = row.chunks_exact(LANES);
-    let rem = chunks.remainder();
-    let rem_start = row.len() - rem.len();
-    for c in chunks {
-        let v = load(c);
+    let blocks = row.chunks_exact(BLOCK);
+    let rem_start = row.len() - blocks.remainder().len();
+    for block in blocks {
         if limit < LAST {
-            let top = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut m = [f32::NEG_INFINITY; LANES];
+            for c in block.chunks_exact(LANES) {
+                let v = load(c);
+                for j in 0..LANES {
+                    m[j] = if v[j] > m[j] { v[j] } else { m[j] };
+                }
+            }
+            let top = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             // (An entry above the maximum is a patched token's raw value: no skip.)
             if top <= f.max && key(top, f) > lim {
                 continue;
             }
         }
-        let mut w = [0.0f64; LANES];
-        let mut k = [0u32; LANES];
-        for j in 0..LANES {
-            let s = f.s(v[j]);
-            w[j] = exp_neg(s);
-            k[j] = if v[j] > f32::NEG_INFINITY {
-                bucket_of_s(s)
-            } else {
-                NONE
-            };
-        }
-        for j in 0..LANES {
-            if k[j] <= lim {
-                count[k[j] as usize] += 1;
-                mass[k[j] as usize] += w[j];
+        for c in block.chunks_exact(LANES) {
+            let v = load(c);
+            let mut w = [0.0f64; LANES];
+            let mut k = [0u32; LANES];
+            for j in 0..LANES {
+                w[j] = weight(f, v[j]);
+                let kj = key(v[j], f);
+                // Tokens outside the histogram go to the spare slot past the last bucket,
+                // so the scatter below needs no branch and no bounds check.
+                k[j] = if kj <= lim { kj } else { BUCKETS as u32 };
+            }
+            for j in 0..LANES {
+                let b = k[j] as usize & SLOTS_MASK;
+                count[b] += 1;
+                mass[b] += w[j];
             }
         }
     }
@@ -128,9 +203,11 @@ pub(crate) fn build<T: Logit>(
         let k = key(l, f);
         if k <= lim {
             count[k as usize] += 1;
-            mass[k as usize] += exp_neg(f.s(l));
+            mass[k as usize] += weight(f, l);
         }
     }
+    count[BUCKETS] = 0;
+    mass[BUCKETS] = 0.0;
     // The patched tokens were counted with their raw values: move them.
     for &(id, l) in &overlay.patch {
         let raw = row[id as usize].to_f32();
@@ -141,13 +218,13 @@ pub(crate) fn build<T: Logit>(
             mass[k] = if count[k] == 0 {
                 0.0
             } else {
-                (mass[k] - exp_neg(f.s(raw))).max(0.0)
+                (mass[k] - weight(f, raw)).max(0.0)
             };
         }
         let k = key(l, f);
         if k <= lim {
             count[k as usize] += 1;
-            mass[k as usize] += exp_neg(f.s(l));
+            mass[k as usize] += weight(f, l);
         }
     }
 }
@@ -165,18 +242,35 @@ pub(crate) fn collect<T: Logit>(
 ) {
     out.clear();
     let (lo, hi) = (lo as u32, hi as u32);
-    let chunks = row.chunks_exact(LANES);
-    let rem_start = row.len() - chunks.remainder().len();
-    for (c, chunk) in chunks.enumerate() {
-        let v = load(chunk);
-        let top = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let blocks = row.chunks_exact(BLOCK);
+    let rem_start = row.len() - blocks.remainder().len();
+    for (b, block) in blocks.enumerate() {
+        let mut m = [f32::NEG_INFINITY; LANES];
+        for c in block.chunks_exact(LANES) {
+            let v = load(c);
+            for j in 0..LANES {
+                m[j] = if v[j] > m[j] { v[j] } else { m[j] };
+            }
+        }
+        let top = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        // (An entry above the maximum is a patched token's raw value: no skip.)
         if top <= f.max && key(top, f) > hi {
             continue;
         }
-        for (j, &l) in v.iter().enumerate() {
-            let k = key(l, f);
-            if (lo..=hi).contains(&k) {
-                out.push((l, (c * LANES + j) as TokenId));
+        for (ci, c) in block.chunks_exact(LANES).enumerate() {
+            let v = load(c);
+            let mut inside = [false; LANES];
+            for j in 0..LANES {
+                let k = key(v[j], f);
+                inside[j] = k >= lo && k <= hi;
+            }
+            if inside.iter().any(|&x| x) {
+                let base = b * BLOCK + ci * LANES;
+                for j in 0..LANES {
+                    if inside[j] {
+                        out.push((v[j], (base + j) as TokenId));
+                    }
+                }
             }
         }
     }

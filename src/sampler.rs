@@ -69,6 +69,8 @@ enum Survivors {
         n: usize,
         total: f64,
         frame: Frame,
+        /// Bound on the error of the buckets' cumulative masses (0 when precise).
+        err: f64,
     },
     /// Greedy: the argmax alone.
     Greedy(TokenId),
@@ -102,13 +104,25 @@ impl Sampler {
         {
             return Err(Error::TokenOutOfRange { id, vocab_size });
         }
+        let mut scratch = Scratch::new(vocab_size);
+        // Room for every patch a step can make: the biased tokens, and the penalised
+        // ones (at most the window; with no window, `reserve` adds room with the history).
+        let window = if params.has_penalties() {
+            params.penalty_window().unwrap_or(0)
+        } else {
+            0
+        };
+        scratch
+            .overlay
+            .patch
+            .reserve((params.logit_bias().len() + window).min(vocab_size));
         Ok(Sampler {
             rng: DrawRng::new(params.seed()),
             params,
             vocab_size,
             seq: Sequence::default(),
             processors: Vec::new(),
-            scratch: Scratch::new(vocab_size),
+            scratch,
         })
     }
 
@@ -161,6 +175,11 @@ impl Sampler {
     /// allocates.
     pub fn reserve(&mut self, additional: usize) {
         self.seq.reserve(additional);
+        if self.params.has_penalties() && self.params.penalty_window().is_none() {
+            let most = self.params.logit_bias().len() + self.seq.view().tokens().len() + additional;
+            let patch = &mut self.scratch.overlay.patch;
+            patch.reserve(most.min(self.vocab_size).saturating_sub(patch.len()));
+        }
     }
 
     /// The sequence's tokens so far.
@@ -357,16 +376,31 @@ impl Sampler {
         adj: &[U],
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
-        let survivors = self.cut(adj)?;
+        // First with the fast weights; again with the precise ones only if a decision
+        // fell within the fast weights' error bound.
         let u = match goal {
-            Goal::Distribution(out) => {
-                self.distribution_of(adj, survivors, out);
-                return Ok(None);
-            }
-            Goal::Draw(u) => u,
+            Goal::Distribution(_) => 0.0,
+            Goal::Draw(u) => u.unwrap_or_else(|| self.rng.uniform(self.seq.step())),
         };
-        let u = u.unwrap_or_else(|| self.rng.uniform(self.seq.step()));
-        let mut out = self.draw(adj, survivors, u);
+        // (The distribution is reported with the precise weights, so that it sums to 1.)
+        let mut fast = matches!(goal, Goal::Draw(_));
+        let (survivors, mut out) = loop {
+            let Some(survivors) = self.cut(adj, !fast)? else {
+                fast = false;
+                continue;
+            };
+            if let Goal::Distribution(_) = goal {
+                break (survivors, Sample::new(0, 0.0));
+            }
+            match self.draw(adj, survivors, u, !fast) {
+                Some(out) => break (survivors, out),
+                None => fast = false,
+            }
+        };
+        if let Goal::Distribution(out) = goal {
+            self.distribution_of(adj, survivors, out);
+            return Ok(None);
+        }
         if let Some(n_alt) = self.params.logprobs() {
             let raw_max = adjust::max_checked(raw)?;
             logprobs::fill(raw, raw_max, n_alt, &mut out, |id| {
@@ -398,6 +432,7 @@ impl Sampler {
                 n,
                 total,
                 frame,
+                ..
             } => {
                 if lo > 0 {
                     let t = self.params.temperature();
@@ -421,7 +456,10 @@ impl Sampler {
     }
 
     /// Stages 2 to 4: temperature, softmax and the tail cuts.
-    fn cut<U: Logit>(&mut self, adj: &[U]) -> Result<Survivors, Error> {
+    ///
+    /// `None` when `precise` is false and a top-p decision fell within the error bound of
+    /// the fast weights.
+    fn cut<U: Logit>(&mut self, adj: &[U], precise: bool) -> Result<Option<Survivors>, Error> {
         let p = &self.params;
         let keep = p.min_tokens_to_keep();
         let s = &mut self.scratch;
@@ -432,7 +470,7 @@ impl Sampler {
                 top_k::select_patched(adj, 1, &s.overlay, &mut s.cand)?;
                 s.cand.first().ok_or(Error::NoCandidates)?.1
             };
-            return Ok(Survivors::Greedy(id));
+            return Ok(Some(Survivors::Greedy(id)));
         }
         let (t, top_p, min_p) = (p.temperature(), p.top_p(), p.min_p());
         if let Some(k) = p.top_k() {
@@ -463,7 +501,7 @@ impl Sampler {
                 n = m.max(keep).min(n);
             }
             let total = s.weight[..n].iter().sum();
-            return Ok(Survivors::Prefix { n, total });
+            return Ok(Some(Survivors::Prefix { n, total }));
         }
         // No top-k: the histogram.
         let raw_max = adjust::max_checked(adj)?;
@@ -497,18 +535,35 @@ impl Sampler {
         } else {
             (key_thr + 1).min(LAST)
         };
-        histogram::build(adj, ov, f, limit, &mut s.hist_count, &mut s.hist_mass);
+        histogram::build(
+            adj,
+            ov,
+            f,
+            limit,
+            precise,
+            &mut s.hist_count,
+            &mut s.hist_mass,
+        );
         let z: f64 = s.hist_mass.iter().sum();
+        let err_of = |range: std::ops::Range<usize>| -> f64 {
+            if precise {
+                return 0.0;
+            }
+            range
+                .map(|b| histogram::error_bound(b, s.hist_count[b], s.hist_mass[b]))
+                .sum()
+        };
         if top_p >= 1.0 && min_p <= 0.0 {
-            return Ok(Survivors::Hist {
+            return Ok(Some(Survivors::Hist {
                 lo: BUCKETS,
                 n: 0,
                 total: z,
                 frame: f,
-            });
+                err: err_of(0..BUCKETS),
+            }));
         }
         let b_p = if top_p < 1.0 {
-            histogram::mass_bucket(&s.hist_mass, f64::from(top_p) * z).unwrap_or(LAST)
+            histogram::mass_bucket(&s.hist_mass[..BUCKETS], f64::from(top_p) * z).unwrap_or(LAST)
         } else {
             LAST
         };
@@ -517,7 +572,7 @@ impl Sampler {
         } else {
             (LAST, LAST)
         };
-        let b_k = histogram::count_bucket(&s.hist_count, keep);
+        let b_k = histogram::count_bucket(&s.hist_count[..BUCKETS], keep);
         let b_k = match b_k {
             Some(b) if b <= limit => b,
             _ if need_total => LAST,
@@ -527,11 +582,13 @@ impl Sampler {
                 fill_weights(&s.cand, max, t, &mut s.weight);
                 let n = s.cand.len();
                 let total = s.weight.iter().sum();
-                return Ok(Survivors::Prefix { n, total });
+                return Ok(Some(Survivors::Prefix { n, total }));
             }
         };
         let lo = b_p.min(b_m_lo);
         let hi = b_k.max(b_p.min(b_m_hi));
+        let err_before = err_of(0..lo);
+        let err_total = if top_p < 1.0 { err_of(0..BUCKETS) } else { 0.0 };
         histogram::collect(adj, ov, f, lo, hi, &mut s.cand);
         fill_weights(&s.cand, max, t, &mut s.weight);
         let before: usize = s.hist_count[..lo].iter().map(|&c| c as usize).sum();
@@ -540,15 +597,27 @@ impl Sampler {
         let mut n = usize::MAX;
         if top_p < 1.0 {
             let target = f64::from(top_p) * z;
+            // The decision stands if neither the fast masses nor the fast total can
+            // move the target across either neighbouring cumulative sum.
+            let margin = err_before + f64::from(top_p) * err_total;
             let mut c = cum_before;
-            let mut n_p = len;
+            let mut n_p = None;
             for (i, &w) in s.weight.iter().enumerate() {
+                let prev = c;
                 c += w;
                 if c >= target {
-                    n_p = i + 1;
+                    if !precise && (target - prev <= margin || c - target <= margin) {
+                        return Ok(None);
+                    }
+                    n_p = Some(i + 1);
                     break;
                 }
             }
+            let n_p = match n_p {
+                Some(n) => n,
+                None if precise => len,
+                None => return Ok(None),
+            };
             n = n.min((before + n_p).max(keep));
         }
         if min_p > 0.0 {
@@ -561,17 +630,27 @@ impl Sampler {
         }
         let n = n.saturating_sub(before).min(len);
         let total = cum_before + s.weight[..n].iter().sum::<f64>();
-        Ok(Survivors::Hist {
+        Ok(Some(Survivors::Hist {
             lo,
             n,
             total,
             frame: f,
-        })
+            err: err_before,
+        }))
     }
 
     /// Stage 5: the draw.
-    fn draw<U: Logit>(&mut self, adj: &[U], survivors: Survivors, u: f64) -> Sample {
-        match survivors {
+    ///
+    /// `None` when `precise` is false and the target fell within the error bound of the
+    /// fast bucket masses.
+    fn draw<U: Logit>(
+        &mut self,
+        adj: &[U],
+        survivors: Survivors,
+        u: f64,
+        precise: bool,
+    ) -> Option<Sample> {
+        Some(match survivors {
             Survivors::Greedy(id) => Sample::new(id, 0.0),
             Survivors::Prefix { n, total } => {
                 let s = &self.scratch;
@@ -583,12 +662,23 @@ impl Sampler {
                 n,
                 total,
                 frame,
+                err,
             } => {
                 let t = self.params.temperature();
-                let (id, w) = draw_hist(&mut self.scratch, adj, frame, t, lo, n, u * total);
+                // The target moves by at most `err` with the total, the sums by `err`.
+                let margin = if precise { None } else { Some(2.0 * err) };
+                let walk = Walk {
+                    frame,
+                    t,
+                    lo,
+                    n,
+                    target: u * total,
+                    margin,
+                };
+                let (id, w) = draw_hist(&mut self.scratch, adj, walk)?;
                 Sample::new(id, (w / total).ln() as f32)
             }
-        }
+        })
     }
 
     /// The final-distribution logprob of token `id`.
@@ -611,6 +701,7 @@ impl Sampler {
                 n,
                 total,
                 frame,
+                ..
             } => {
                 let l = s.overlay.value(adj, id);
                 let k = histogram::key(l, frame) as usize;
@@ -659,58 +750,78 @@ fn unpatched_max<U: Logit>(adj: &[U], ov: &adjust::Overlay) -> f32 {
         .fold(f32::NEG_INFINITY, f32::max)
 }
 
-/// Inverse CDF over `Survivors::Hist` without sorting the buckets before `lo`: walk the
-/// buckets' masses to the one where the running mass passes `target`, sort that bucket
-/// alone and walk its exact weights; past bucket `lo`, walk `cand[..n]`. If rounding
-/// leaves the target unreached, the last positive-weight survivor is taken. Returns the
-/// token and its weight.
-fn draw_hist<U: Logit>(
-    s: &mut Scratch,
-    adj: &[U],
-    f: Frame,
+/// One draw over `Survivors::Hist`.
+struct Walk {
+    frame: Frame,
     t: f32,
     lo: usize,
     n: usize,
     target: f64,
-) -> (TokenId, f64) {
+    /// With the fast masses: how close to a cumulative sum the target may not come.
+    margin: Option<f64>,
+}
+
+/// Inverse CDF over `Survivors::Hist` without sorting the buckets before `lo`: walk the
+/// buckets' masses to the one where the running mass passes the target, sort that bucket
+/// alone and walk its exact weights; past bucket `lo`, walk `cand[..n]`. If rounding
+/// leaves the target unreached, the last positive-weight survivor is taken. Returns the
+/// token and its weight, or `None` when the fast masses cannot decide.
+fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, f64)> {
+    let (f, target) = (w.frame, w.target);
+    let close = |prev: f64, c: f64| {
+        w.margin
+            .is_some_and(|m| target - prev <= m || c - target <= m)
+    };
     let mut cum = 0.0;
     let mut last = None;
-    for b in 0..lo.min(BUCKETS) {
+    for b in 0..w.lo.min(BUCKETS) {
         let m = s.hist_mass[b];
         if s.hist_count[b] == 0 {
             continue;
         }
         last = Some(b);
-        if cum + m > target {
+        if cum + m > target || w.margin.is_some_and(|e| cum + m + e > target) {
             histogram::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
-            fill_weights(&s.cand2, f.max, t, &mut s.weight2);
+            fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
             let mut c = cum;
-            for (i, &w) in s.weight2.iter().enumerate() {
-                c += w;
-                if w > 0.0 && c > target {
-                    return (s.cand2[i].1, w);
+            for (i, &x) in s.weight2.iter().enumerate() {
+                let prev = c;
+                c += x;
+                if x > 0.0 && c > target {
+                    if close(prev, c) {
+                        return None;
+                    }
+                    return Some((s.cand2[i].1, x));
                 }
             }
         }
         cum += m;
     }
     let mut c = cum;
-    for (i, &w) in s.weight[..n].iter().enumerate() {
-        c += w;
-        if w > 0.0 && c > target {
-            return (s.cand[i].1, w);
+    for (i, &x) in s.weight[..w.n].iter().enumerate() {
+        let prev = c;
+        c += x;
+        if x > 0.0 && c > target {
+            if close(prev, c) {
+                return None;
+            }
+            return Some((s.cand[i].1, x));
         }
     }
+    if w.margin.is_some() {
+        // Unreached with the fast masses: decide with the precise ones.
+        return None;
+    }
     // Rounding: the last positive-weight survivor.
-    if let Some(i) = s.weight[..n].iter().rposition(|&w| w > 0.0) {
-        return (s.cand[i].1, s.weight[i]);
+    if let Some(i) = s.weight[..w.n].iter().rposition(|&x| x > 0.0) {
+        return Some((s.cand[i].1, s.weight[i]));
     }
     let b = last.unwrap_or(0);
     histogram::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
-    fill_weights(&s.cand2, f.max, t, &mut s.weight2);
-    let i = s.weight2.iter().rposition(|&w| w > 0.0).unwrap_or(0);
-    match s.cand2.get(i) {
+    fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
+    let i = s.weight2.iter().rposition(|&x| x > 0.0).unwrap_or(0);
+    Some(match s.cand2.get(i) {
         Some(&(_, id)) => (id, s.weight2[i]),
         None => (0, 0.0),
-    }
+    })
 }

@@ -38,8 +38,8 @@ impl Scratch {
             weight2: Vec::new(),
             cand: Vec::with_capacity(vocab_size),
             weight: Vec::with_capacity(vocab_size),
-            hist_count: vec![0; crate::histogram::BUCKETS],
-            hist_mass: vec![0.0; crate::histogram::BUCKETS],
+            hist_count: vec![0; crate::histogram::SLOTS],
+            hist_mass: vec![0.0; crate::histogram::SLOTS],
         }
     }
 }

@@ -56,9 +56,10 @@ pub(crate) fn select(logits: &[f32], k: usize, out: &mut Vec<(f32, TokenId)>) {
 /// [`order`], checking the row on the way; `k <= SMALL_K` is expected (larger `k` works,
 /// more slowly).
 ///
-/// One pass with a running threshold: each chunk is compared with the current k-th best
-/// using per-lane operations, and only a chunk holding an entry above it is looked at
-/// entry by entry. On a typical row that happens a few dozen times in total.
+/// One pass with a running threshold: each block's lane maxima are compared with the
+/// current k-th best, and only a block holding an entry above it is looked at entry by
+/// entry (on a typical row, a few dozen times in all). The row is checked with the
+/// lane-sum test of [`max_checked`](crate::adjust::max_checked).
 ///
 /// # Errors
 /// [`Error::NanLogit`](crate::Error::NanLogit) /
@@ -68,10 +69,10 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     k: usize,
     out: &mut Vec<(f32, TokenId)>,
 ) -> Result<(), crate::Error> {
-    use crate::adjust::{load, LANES};
+    use crate::adjust::{load, BLOCK, LANES};
     out.clear();
     let mut threshold = f32::NEG_INFINITY;
-    let mut bad = [false; LANES];
+    let mut sum = [0.0f32; LANES];
     let insert = |out: &mut Vec<(f32, TokenId)>, threshold: &mut f32, l: f32, id: usize| {
         if l > *threshold {
             let pos = out.partition_point(|&(x, _)| x >= l);
@@ -87,27 +88,29 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     if k == 0 {
         return crate::adjust::max_checked(row).map(|_| ());
     }
-    let chunks = row.chunks_exact(LANES);
-    let rem_start = row.len() - chunks.remainder().len();
-    for (c, chunk) in chunks.enumerate() {
-        let v = load(chunk);
-        let mut hit = [false; LANES];
-        for j in 0..LANES {
-            bad[j] |= !(v[j] < f32::INFINITY);
-            hit[j] = v[j] > threshold;
+    let blocks = row.chunks_exact(BLOCK);
+    let rem_start = row.len() - blocks.remainder().len();
+    for (b, block) in blocks.enumerate() {
+        let mut m = [f32::NEG_INFINITY; LANES];
+        for c in block.chunks_exact(LANES) {
+            let v = load(c);
+            for j in 0..LANES {
+                sum[j] += v[j];
+                m[j] = if v[j] > m[j] { v[j] } else { m[j] };
+            }
         }
-        if hit.iter().any(|&h| h) {
-            for (j, &l) in v.iter().enumerate() {
-                insert(out, &mut threshold, l, c * LANES + j);
+        if m.iter().any(|&x| x > threshold) {
+            for (j, x) in block.iter().enumerate() {
+                insert(out, &mut threshold, x.to_f32(), b * BLOCK + j);
             }
         }
     }
     for (j, x) in row[rem_start..].iter().enumerate() {
         let l = x.to_f32();
-        bad[0] |= !(l < f32::INFINITY);
+        sum[0] += l;
         insert(out, &mut threshold, l, rem_start + j);
     }
-    if bad.iter().any(|&b| b) {
+    if sum.iter().any(|s| !(*s < f32::INFINITY)) {
         crate::adjust::first_non_finite_of(row)?;
     }
     Ok(())

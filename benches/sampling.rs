@@ -1,0 +1,182 @@
+//! Sampling speed over realistic vocabularies, with the baselines the targets are
+//! measured against (a read of the row, a plain `f32::exp` softmax, the sort-based
+//! reference), all in one run so that machine noise cancels in the ratios.
+//!
+//! Run: `cargo bench --bench sampling`; then `python3 benches/summary.py` prints the
+//! medians and the ratios (see BENCHMARKS.md).
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
+use logits::half::bf16;
+use logits::{reference, History, Sampler, SamplingParams, TokenMask};
+use std::time::Duration;
+
+const SIZES: [usize; 3] = [32_000, 151_936, 256_000];
+
+/// SplitMix64: a deterministic source for the rows.
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box-Muller).
+    fn normal(&mut self) -> f64 {
+        let u = self.unit().max(1e-300);
+        let v = self.unit();
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+}
+
+/// A peaked row: 36 plausible tokens 8 to 15 above an N(0, 2) background.
+fn peaked(n: usize) -> Vec<f32> {
+    let mut r = Mix(n as u64);
+    let mut row: Vec<f32> = (0..n).map(|_| (2.0 * r.normal()) as f32).collect();
+    for _ in 0..36 {
+        let i = (r.next() % n as u64) as usize;
+        row[i] = (8.0 + 7.0 * r.unit()) as f32;
+    }
+    row
+}
+
+/// A flat row: N(0, 1), where the 0.95 nucleus holds about 74% of the tokens.
+fn flat(n: usize) -> Vec<f32> {
+    let mut r = Mix(n as u64 ^ 0xF1A7);
+    (0..n).map(|_| r.normal() as f32).collect()
+}
+
+fn params(b: logits::SamplingParamsBuilder) -> SamplingParams {
+    b.seed(1).build().unwrap()
+}
+
+fn qwen3() -> logits::SamplingParamsBuilder {
+    SamplingParams::builder()
+        .temperature(0.6)
+        .top_k(20)
+        .top_p(0.95)
+}
+
+/// The sum of the row: one read, vectorised.
+fn floor(row: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let chunks = row.chunks_exact(16);
+    let rem: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for j in 0..16 {
+            acc[j] += c[j];
+        }
+    }
+    acc.iter().sum::<f32>() + rem
+}
+
+/// A plain softmax with std's `f32::exp`: max, exp and sum, normalise.
+fn softmax_std(row: &[f32], out: &mut [f32]) -> f32 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f32;
+    for (o, &l) in out.iter_mut().zip(row) {
+        *o = (l - max).exp();
+        sum += *o;
+    }
+    let inv = 1.0 / sum;
+    out.iter_mut().for_each(|o| *o *= inv);
+    out[0]
+}
+
+fn bench_sampler<T: logits::Logit>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    n: usize,
+    p: SamplingParams,
+    prompt: &[u32],
+    row: &[T],
+) {
+    let mut s = Sampler::new(p, n).unwrap();
+    s.push_prompt(prompt).unwrap();
+    g.bench_with_input(BenchmarkId::new(name, n), row, |b, row| {
+        b.iter(|| {
+            let out = s.sample(black_box(row)).unwrap();
+            s.rollback(1);
+            out.token
+        })
+    });
+}
+
+fn sampling(c: &mut Criterion) {
+    for (shape, make) in [("peaked", peaked as fn(usize) -> Vec<f32>), ("flat", flat)] {
+        let mut g = c.benchmark_group(shape);
+        g.warm_up_time(Duration::from_millis(200))
+            .measurement_time(Duration::from_millis(600))
+            .sample_size(15);
+        for n in SIZES {
+            let row = make(n);
+            let row16: Vec<bf16> = row.iter().map(|&x| bf16::from_f32(x)).collect();
+            let mut r = Mix(7);
+            let prompt: Vec<u32> = (0..64).map(|_| (r.next() % n as u64) as u32).collect();
+            g.bench_with_input(BenchmarkId::new("floor_sum", n), &row, |b, row| {
+                b.iter(|| floor(black_box(row)))
+            });
+            let mut out = vec![0.0f32; n];
+            g.bench_with_input(BenchmarkId::new("softmax_std_exp", n), &row, |b, row| {
+                b.iter(|| softmax_std(black_box(row), &mut out))
+            });
+            bench_sampler(&mut g, "greedy", n, SamplingParams::greedy(), &[], &row);
+            bench_sampler(
+                &mut g,
+                "softmax",
+                n,
+                params(SamplingParams::builder()),
+                &[],
+                &row,
+            );
+            let top_k = params(SamplingParams::builder().top_k(20));
+            bench_sampler(&mut g, "top_k_20", n, top_k, &[], &row);
+            let top_p = params(SamplingParams::builder().top_p(0.95));
+            bench_sampler(&mut g, "top_p_0.95", n, top_p.clone(), &[], &row);
+            let min_p = params(SamplingParams::builder().min_p(0.05));
+            bench_sampler(&mut g, "min_p_0.05", n, min_p, &[], &row);
+            bench_sampler(&mut g, "qwen3_chain", n, params(qwen3()), &[], &row);
+            let rep = params(qwen3().repetition_penalty(1.1).penalty_window(64));
+            bench_sampler(&mut g, "rep_penalty_qwen3_chain", n, rep, &prompt, &row);
+            bench_sampler(&mut g, "qwen3_chain_bf16", n, params(qwen3()), &[], &row16);
+            let mut mask = TokenMask::new_empty(n);
+            for id in 0..n as u32 {
+                if r.next() % 2 == 0 {
+                    mask.allow(id).unwrap();
+                }
+            }
+            let mut masked = row.clone();
+            g.bench_with_input(BenchmarkId::new("mask_apply", n), &mask, |b, mask| {
+                b.iter(|| {
+                    masked.copy_from_slice(&row);
+                    mask.apply(black_box(&mut masked)).unwrap();
+                })
+            });
+            if n == 151_936 {
+                let hist = History::new(&[], 0);
+                g.bench_with_input(
+                    BenchmarkId::new("reference_top_p_0.95", n),
+                    &row,
+                    |b, row| {
+                        b.iter(|| {
+                            reference::sample(black_box(row), n, &top_p, &hist, None, 0.5)
+                                .unwrap()
+                                .0
+                        })
+                    },
+                );
+            }
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, sampling);
+criterion_main!(benches);
