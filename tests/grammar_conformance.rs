@@ -461,6 +461,93 @@ fn wrong_length_logits_are_refused() {
     );
 }
 
+/// True when `s` can be extended to a match of `[0-9]{3}-[0-9]{4}`.
+fn regex_viable(s: &[u8]) -> bool {
+    s.len() <= 8
+        && s.iter().enumerate().all(|(i, &b)| {
+            if i == 3 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        })
+}
+
+/// True when `s` can be extended to a sentence of the Lark arithmetic grammar.
+fn lark_viable(s: &[u8]) -> bool {
+    #[derive(PartialEq)]
+    enum Prev {
+        Start,
+        Digit,
+        Open,
+        Close,
+        Op,
+    }
+    let (mut prev, mut depth) = (Prev::Start, 0usize);
+    for &c in s {
+        let after_operand = prev == Prev::Digit || prev == Prev::Close;
+        match c {
+            b'0'..=b'9' if prev != Prev::Close => prev = Prev::Digit,
+            b'(' if !after_operand => {
+                depth += 1;
+                prev = Prev::Open;
+            }
+            b')' if after_operand && depth > 0 => {
+                depth -= 1;
+                prev = Prev::Close;
+            }
+            b'+' | b'-' | b'*' | b'/' if after_operand => prev = Prev::Op,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// At every step of the canonical walk, the text-token part of the mask is exactly the set
+/// of tokens whose bytes keep the text a viable prefix: a byte-level reference check, not a
+/// comparison with another engine.
+fn masks_equal_reference(
+    compile: impl Fn() -> LlgConstraint,
+    sample_name: &str,
+    viable: impl Fn(&[u8]) -> bool,
+) {
+    let vocab = qwen3();
+    let (_, ids) = sample(sample_name);
+    let mut s = stage(compile());
+    let mut text = Vec::new();
+    for &id in &ids {
+        let (mask, _) = s.compute().unwrap();
+        for t in 0..N_LOGITS as TokenId {
+            if vocab.kind(t) != Some(logits::grammar::TokenKind::Text) {
+                continue;
+            }
+            let mut next = text.clone();
+            next.extend_from_slice(vocab.bytes(t));
+            assert_eq!(
+                mask.is_allowed(t),
+                viable(&next),
+                "token {t} {:?} after {:?}",
+                String::from_utf8_lossy(vocab.bytes(t)),
+                String::from_utf8_lossy(&text)
+            );
+        }
+        s.commit(id).unwrap();
+        text.extend_from_slice(vocab.bytes(id));
+    }
+}
+
+#[test]
+fn regex_masks_equal_byte_level_reference() {
+    let e = engine();
+    masks_equal_reference(|| e.regex(REGEX).unwrap(), "regex", regex_viable);
+}
+
+#[test]
+fn lark_masks_equal_byte_level_reference() {
+    let e = engine();
+    masks_equal_reference(|| e.lark(LARK).unwrap(), "lark", lark_viable);
+}
+
 #[test]
 fn engine_is_shareable_and_states_are_sendable() {
     fn send_sync<T: Send + Sync>() {}
