@@ -54,7 +54,10 @@ impl Frame {
     pub(crate) fn new(max: f32, t: f32) -> Self {
         Frame {
             max,
-            inv_t32: 1.0 / t,
+            // A subnormal T makes `1 / T` overflow `f32`, and `0 * inf` is NaN for the
+            // maximum itself; `f32::MAX` keeps `s32` exact there (0) and sends every
+            // smaller logit to the last bucket, where its true weight belongs.
+            inv_t32: (1.0 / t).min(f32::MAX),
             inv_t: 1.0 / f64::from(t),
         }
     }

@@ -176,7 +176,12 @@ pub fn candidates(l: &[f32], t: f32) -> Result<Vec<Candidate>, Error> {
             scaled: (f64::from(x) - f64::from(max)) / f64::from(t),
         })
         .collect();
-    c.sort_by(|a, b| b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id)));
+    // `-0.0` and `0.0` are equal logits: a tie, broken by the lower id.
+    c.sort_by(|a, b| {
+        (b.logit + 0.0)
+            .total_cmp(&(a.logit + 0.0))
+            .then(a.id.cmp(&b.id))
+    });
     Ok(c)
 }
 

@@ -109,3 +109,81 @@ fn tokenizer_json_with_a_huge_token_id() {
         );
     }
 }
+
+/// Fuzz target `pipeline`: `-0.0` and `0.0` are the same logit, so they tie and the lower
+/// id comes first. The reference (and the sort every cut shares) ordered `-0.0` after
+/// `0.0`, so token 0 at `-0.0` moved to the end of the candidates and the reference drew
+/// another token than the sampler for the same uniform.
+#[test]
+fn negative_zero_ties_with_zero() {
+    use logits::reference;
+    let mut row = vec![0.0f32; 19];
+    row[0] = -0.0;
+    let c = reference::candidates(&row, 1.0).unwrap();
+    let ids: Vec<u32> = c.iter().map(|x| x.id).collect();
+    assert_eq!(ids, (0..19).collect::<Vec<u32>>());
+    for seed in 0..64 {
+        for b in [
+            SamplingParams::builder().top_k(38),
+            SamplingParams::builder().top_k(300),
+            SamplingParams::builder().top_p(0.5),
+            SamplingParams::builder().min_p(0.5),
+            SamplingParams::builder(),
+        ] {
+            let params = b.seed(seed).build().unwrap();
+            let u = logits::DrawRng::new(seed).uniform(0);
+            let history = logits::History::new(&[], 0);
+            let (want, _) = reference::sample(&row, 19, &params, &history, None, u).unwrap();
+            let got = Sampler::new(params.clone(), 19)
+                .unwrap()
+                .sample(&row)
+                .unwrap();
+            assert_eq!(got.token, want, "{params:?}");
+        }
+        let mut chain = Chain::builder(19)
+            .stage(logits::TopK::new(5).unwrap())
+            .draw()
+            .seed(seed)
+            .build()
+            .unwrap();
+        assert!(chain.sample(&row).unwrap().token < 5, "-0.0 lost its tie");
+    }
+}
+
+/// Fuzz target `tail_cut`: a subnormal temperature (valid: finite and `>= 0`) made
+/// `1 / T` overflow to `inf` in the histogram's `f32` keys, and `0 * inf` is NaN for the
+/// maximum itself, so the draw went to the wrong token.
+#[test]
+fn subnormal_temperature_draws_like_the_reference() {
+    use logits::reference;
+    for t in [1.35414e-40f32, f32::from_bits(1), f32::MIN_POSITIVE / 2.0] {
+        for (row, min_p) in [
+            (vec![0.0f32, 0.0], 1.0),
+            (vec![0.0f32, 0.0, -1e-3, 0.0], 0.0),
+            (vec![1.0f32, 1.0, 1.0], 0.5),
+        ] {
+            for seed in 0..32 {
+                let params = SamplingParams::builder()
+                    .temperature(t)
+                    .min_p(min_p)
+                    .seed(seed)
+                    .logprobs(4)
+                    .build()
+                    .unwrap();
+                let n = row.len();
+                let u = logits::DrawRng::new(seed).uniform(0);
+                let history = logits::History::new(&[], 0);
+                let (want, lp) = reference::sample(&row, n, &params, &history, None, u).unwrap();
+                let out = Sampler::new(params, n).unwrap().sample(&row).unwrap();
+                assert_eq!(out.token, want, "T {t}, row {row:?}, seed {seed}");
+                assert!((f64::from(out.logprob) - lp).abs() < 1e-6);
+                let sum: f64 = out
+                    .alternatives()
+                    .iter()
+                    .map(|a| f64::from(a.logprob).exp())
+                    .sum();
+                assert!((sum - 1.0).abs() < 1e-5, "{sum}");
+            }
+        }
+    }
+}
