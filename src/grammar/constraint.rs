@@ -176,13 +176,11 @@ impl GrammarMask {
     pub fn new(constraint: Box<dyn Constraint>, vocab: Arc<Vocab>) -> Self {
         let mut named = constraint.named_special_tokens();
         named.sort_unstable();
-        let forbidden = word_bits((0..vocab.len() as TokenId).filter(|&id| {
+        // End-of-sequence ids are special, so every forbidden id is a non-text slot.
+        let forbidden = word_bits(vocab.non_text_tokens().iter().copied().filter(|&id| {
             vocab.is_eos(id)
-                || match vocab.kind(id) {
-                    Some(TokenKind::Text) => false,
-                    Some(TokenKind::Special) => named.binary_search(&id).is_err(),
-                    _ => true,
-                }
+                || vocab.kind(id) != Some(TokenKind::Special)
+                || named.binary_search(&id).is_err()
         }));
         let eos_words = word_bits(vocab.eos().iter().copied());
         GrammarMask {

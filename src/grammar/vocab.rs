@@ -50,6 +50,8 @@ pub struct Vocab {
     kinds: Vec<TokenKind>,
     eos: Vec<TokenId>,
     specials: Vec<TokenId>,
+    /// Special and padding ids, ascending.
+    non_text: Vec<TokenId>,
     /// Text token ids sorted by their bytes, for exact and prefix look-ups.
     sorted_text: Vec<TokenId>,
     max_text_len: usize,
@@ -89,8 +91,12 @@ impl Vocab {
         let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0);
         let mut specials = Vec::new();
+        let mut non_text = Vec::new();
         let mut max_text_len = 0;
         for (id, (bytes, kind)) in tokens.iter().zip(&kinds).enumerate() {
+            if *kind != TokenKind::Text {
+                non_text.push(id as TokenId);
+            }
             match kind {
                 TokenKind::Padding => {}
                 TokenKind::Text | TokenKind::Special => {
@@ -138,6 +144,7 @@ impl Vocab {
             kinds,
             eos: eos_ids,
             specials,
+            non_text,
             sorted_text: Vec::new(),
             max_text_len,
         };
@@ -187,6 +194,11 @@ impl Vocab {
     /// The ids of every special token, ascending.
     pub fn special_tokens(&self) -> &[TokenId] {
         &self.specials
+    }
+
+    /// The ids of every special and padding slot, ascending.
+    pub(crate) fn non_text_tokens(&self) -> &[TokenId] {
+        &self.non_text
     }
 
     /// The id of the special token named `name` (for example `"<|im_end|>"`).
