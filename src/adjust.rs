@@ -87,11 +87,8 @@ pub(crate) const LANES: usize = 16;
 /// registers, inside every pass: the row is never copied).
 #[inline(always)]
 pub(crate) fn load<T: Logit>(chunk: &[T]) -> [f32; LANES] {
-    let mut v = [0.0f32; LANES];
-    for (d, s) in v.iter_mut().zip(chunk) {
-        *d = s.to_f32();
-    }
-    v
+    let chunk: &[T; LANES] = chunk.try_into().expect("a whole chunk");
+    std::array::from_fn(|j| chunk[j].to_f32())
 }
 
 /// Entries per block: the kernels reduce a block's lanes to one decision, so the

@@ -66,7 +66,8 @@ const ROUND_F32: f32 = 12_582_912.0;
 /// The lowest argument [`exp_neg_f32`] evaluates (`e^-87` is still a normal `f32`).
 const MIN_ARG_F32: f32 = -87.0;
 /// Bound on the relative error of [`exp_neg_f32`] for arguments in `[-87, 0]` (the
-/// polynomial and its rounding; the test below measures under `8e-8`).
+/// polynomial and its rounding: an exhaustive check of every `f32` in `[-87, 0]` against
+/// `f64::exp` found at most `8.31e-8`; the test below samples the range).
 pub(crate) const F32_REL_ERROR: f64 = 1.2e-7;
 /// Bound on the absolute error of [`exp_neg_f32`] below `-87`, where it returns `e^-87`.
 pub(crate) const F32_ABS_ERROR: f64 = 1.7e-38;

@@ -69,7 +69,7 @@ impl Frame {
         (l - self.max) * self.inv_t32
     }
 
-    /// `(l - max) / T` in `f64`, within an ulp of the exact quotient.
+    /// `(l - max) / T` in `f64`, within two ulps of the exact quotient.
     #[inline(always)]
     fn s64(&self, l: f32) -> f64 {
         (f64::from(l) - f64::from(self.max)) * self.inv_t
@@ -107,15 +107,17 @@ pub(crate) fn bucket_of(s: f64) -> usize {
     bucket_of_s32(s as f32) as usize
 }
 
-/// Bound on the error of `mass[b]` as filled by a fast (`f32`) [`build`]: per weight, the
-/// relative error of [`exp_neg_f32`] plus the `f32` rounding of the argument's tail and
-/// of `e + e * lo` (`1.2e-7 + 2 * 6e-8`, rounded up to `4e-7`), and the absolute error
-/// below `-87`; the last bucket's weights are below `e^-64` each.
+/// Bound on the error of `mass[b]` as filled by a fast (`f32`) [`build`]. Per weight
+/// `e^hi (1 + lo)`: the relative error of [`exp_neg_f32`] ([`F32_REL_ERROR`]), the
+/// rounding of `e + e * lo` (`2^-24 < 6e-8`), the dropped `lo^2 / 2` (`|lo| <= 2^-24 |s|`,
+/// below `2e-11` for `|s| <= 87`) and the `f64` rounding of the argument and of the sums
+/// (below `1e-12`): `2e-7` in all, plus the absolute error below `-87`. The last bucket's
+/// weights are below `e^-64` each.
 pub(crate) fn error_bound(b: usize, count: u32, mass: f64) -> f64 {
     if b == LAST {
         f64::from(count) * 2e-28
     } else {
-        mass * (F32_REL_ERROR + 2.8e-7) + f64::from(count) * F32_ABS_ERROR
+        mass * (F32_REL_ERROR + 8e-8) + f64::from(count) * F32_ABS_ERROR
     }
 }
 

@@ -94,8 +94,8 @@ mod dynamic_temperature;
 mod element;
 mod epsilon_cutoff;
 mod error;
-mod exp;
 mod eta_cutoff;
+mod exp;
 #[cfg(feature = "serde")]
 mod generation_config;
 pub mod grammar;

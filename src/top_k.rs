@@ -74,47 +74,87 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     out.clear();
     let mut threshold = f32::NEG_INFINITY;
     let mut sum = [0.0f32; LANES];
-    let insert = |out: &mut Vec<(f32, TokenId)>, threshold: &mut f32, l: f32, id: usize| {
-        if l > *threshold {
-            let pos = out.partition_point(|&(x, _)| x >= l);
-            if out.len() == k {
-                out.pop();
-            }
-            out.insert(pos, (l, id as TokenId));
-            if out.len() == k {
-                *threshold = out[k - 1].0;
-            }
-        }
-    };
     if k == 0 {
         return crate::adjust::max_checked(row).map(|_| ());
     }
-    let blocks = row.chunks_exact(BLOCK);
-    let rem_start = row.len() - blocks.remainder().len();
-    for (b, block) in blocks.enumerate() {
-        let mut m = [f32::NEG_INFINITY; LANES];
-        for c in block.chunks_exact(LANES) {
-            let v = load(c);
-            for j in 0..LANES {
-                sum[j] += v[j];
-                m[j] = if v[j] > m[j] { v[j] } else { m[j] };
+    let whole = row.len() / BLOCK * BLOCK;
+    let rem_start = whole;
+    let mut from = 0;
+    while let Some(b) = scan(&row[from..whole], threshold, &mut sum) {
+        let start = from + b * BLOCK;
+        for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
+            let v = load(chunk);
+            if v.iter().any(|&x| x > threshold) {
+                insert_all(chunk, start + c * LANES, k, &mut threshold, out);
             }
         }
-        if m.iter().any(|&x| x > threshold) {
-            for (j, x) in block.iter().enumerate() {
-                insert(out, &mut threshold, x.to_f32(), b * BLOCK + j);
-            }
-        }
+        from = start + BLOCK;
     }
-    for (j, x) in row[rem_start..].iter().enumerate() {
-        let l = x.to_f32();
-        sum[0] += l;
-        insert(out, &mut threshold, l, rem_start + j);
+    let rem = &row[rem_start..];
+    for x in rem {
+        sum[0] += x.to_f32();
     }
+    insert_all(rem, rem_start, k, &mut threshold, out);
     if sum.iter().any(|s| !(*s < f32::INFINITY)) {
         crate::adjust::first_non_finite_of(row)?;
     }
     Ok(())
+}
+
+/// The index of the first block of `part` (whole blocks) holding an entry above
+/// `threshold`, adding every entry read into the lane sums `sum`. The hot loop of
+/// [`select_row`]: it keeps nothing but lane maxima and sums in registers.
+#[inline(never)]
+fn scan<T: crate::element::Logit>(
+    part: &[T],
+    threshold: f32,
+    sum: &mut [f32; crate::adjust::LANES],
+) -> Option<usize> {
+    use crate::adjust::{load, BLOCK, LANES};
+    let mut acc = *sum;
+    let mut found = None;
+    for (b, block) in part.chunks_exact(BLOCK).enumerate() {
+        let mut m = [f32::NEG_INFINITY; LANES];
+        for c in block.chunks_exact(LANES) {
+            let v = load(c);
+            for j in 0..LANES {
+                acc[j] += v[j];
+                m[j] = if v[j] > m[j] { v[j] } else { m[j] };
+            }
+        }
+        if m.iter().any(|&x| x > threshold) {
+            found = Some(b);
+            break;
+        }
+    }
+    *sum = acc;
+    found
+}
+
+/// Inserts the entries of `part` (ids from `base`) that beat the running threshold into
+/// the sorted `out` of at most `k`. Kept out of line so that the scan's loop stays small.
+#[inline(never)]
+fn insert_all<T: crate::element::Logit>(
+    part: &[T],
+    base: usize,
+    k: usize,
+    threshold: &mut f32,
+    out: &mut Vec<(f32, TokenId)>,
+) {
+    for (j, x) in part.iter().enumerate() {
+        let l = x.to_f32();
+        if l > *threshold {
+            // After every entry >= l: earlier ids win ties.
+            let pos = out.partition_point(|&(y, _)| y >= l);
+            if out.len() == k {
+                out.pop();
+            }
+            out.insert(pos, (l, (base + j) as TokenId));
+            if out.len() == k {
+                *threshold = out[k - 1].0;
+            }
+        }
+    }
 }
 
 /// [`select_row`] under sparse patches: the `k` best of the adjusted row. The `k + m`
