@@ -77,9 +77,17 @@ impl AllowedTokens {
                 vocab_size: logits.len(),
             });
         }
-        for (i, l) in logits.iter_mut().enumerate() {
-            if !self.allows(i as TokenId) {
-                *l = f32::NEG_INFINITY;
+        // 64 logits per bit-set word: whole words of banned tokens are one fill.
+        for (w, chunk) in logits.chunks_mut(64).enumerate() {
+            let bits = self.bits.get(w).copied().unwrap_or(0);
+            if bits == 0 {
+                chunk.fill(f32::NEG_INFINITY);
+            } else if bits != u64::MAX {
+                for (j, l) in chunk.iter_mut().enumerate() {
+                    if bits >> j & 1 == 0 {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
             }
         }
         Ok(())

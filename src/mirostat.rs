@@ -178,8 +178,8 @@ impl Stage for Mirostat {
 /// Mirostat v2 (llama.cpp `mirostat = 2`): keeps the tokens whose surprise is at most
 /// `mu`.
 ///
-/// Keeps every candidate with `-log2 p_i <= mu` (probabilities after the temperature
-/// applied so far, `f64`); when none qualifies, keeps the most likely one (ties to the
+/// Keeps every candidate with `-log2 p_i <= mu`, computed as `w_i >= total * 2^-mu`
+/// (weights after the temperature applied so far, `f64`); when none qualifies, keeps the most likely one (ties to the
 /// lower id). The chain's draw picks a token among them, and [`Stage::observe`] updates
 /// `mu <- mu - eta * (-log2 p - tau)` with the drawn token's final probability. `mu`
 /// starts at `2 * tau`; [`Chain::reset`](crate::Chain::reset) restores it.
@@ -237,9 +237,9 @@ impl Stage for MirostatV2 {
             return Ok(());
         }
         let total = c.weights(&mut self.weights);
-        let mu = self.mu;
-        let surprise = |w: f64| -(w / total).log2();
-        if !self.weights.iter().any(|&w| surprise(w) <= mu) {
+        // -log2(w / total) <= mu  <=>  w >= total * 2^-mu: no logarithm per token.
+        let floor = total * (-self.mu).exp2();
+        if !self.weights.iter().any(|&w| w >= floor) {
             let top = c
                 .ids()
                 .iter()
@@ -255,7 +255,7 @@ impl Stage for MirostatV2 {
         c.retain(|_, _| {
             let w = weights[i];
             i += 1;
-            surprise(w) <= mu
+            w >= floor
         });
         Ok(())
     }
