@@ -68,6 +68,7 @@ pub(crate) fn select(logits: &[f32], k: usize, out: &mut Vec<(f32, TokenId)>) {
 pub(crate) fn select_row<T: crate::element::Logit>(
     row: &[T],
     k: usize,
+    skip: &crate::adjust::Overlay,
     out: &mut Vec<(f32, TokenId)>,
 ) -> Result<(), crate::Error> {
     use crate::adjust::{load, BLOCK, LANES};
@@ -85,7 +86,7 @@ pub(crate) fn select_row<T: crate::element::Logit>(
         for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
             let v = load(chunk);
             if v.iter().any(|&x| x > threshold) {
-                insert_all(chunk, start + c * LANES, k, &mut threshold, out);
+                insert_all(chunk, start + c * LANES, k, skip, &mut threshold, out);
             }
         }
         from = start + BLOCK;
@@ -94,7 +95,7 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     for x in rem {
         sum[0] += x.to_f32();
     }
-    insert_all(rem, rem_start, k, &mut threshold, out);
+    insert_all(rem, rem_start, k, skip, &mut threshold, out);
     if sum.iter().any(|s| !(*s < f32::INFINITY)) {
         crate::adjust::first_non_finite_of(row)?;
     }
@@ -131,19 +132,20 @@ fn scan<T: crate::element::Logit>(
     found
 }
 
-/// Inserts the entries of `part` (ids from `base`) that beat the running threshold into
-/// the sorted `out` of at most `k`. Kept out of line so that the scan's loop stays small.
+/// Inserts the entries of `part` (ids from `base`) that beat the running threshold and
+/// have no patch in `skip` into the sorted `out` of at most `k`. Kept out of line so that the scan's loop stays small.
 #[inline(never)]
 fn insert_all<T: crate::element::Logit>(
     part: &[T],
     base: usize,
     k: usize,
+    skip: &crate::adjust::Overlay,
     threshold: &mut f32,
     out: &mut Vec<(f32, TokenId)>,
 ) {
     for (j, x) in part.iter().enumerate() {
         let l = x.to_f32();
-        if l > *threshold {
+        if l > *threshold && !skip.is_patched((base + j) as TokenId) {
             // After every entry >= l: earlier ids win ties.
             let pos = out.partition_point(|&(y, _)| y >= l);
             if out.len() == k {
@@ -157,9 +159,10 @@ fn insert_all<T: crate::element::Logit>(
     }
 }
 
-/// [`select_row`] under sparse patches: the `k` best of the adjusted row. The `k + m`
-/// best of the raw row (`m` patches) contain the `k` best unpatched tokens, so those
-/// with a patch are replaced by their patched values and the result is cut to `k`.
+/// [`select_row`] under sparse patches: the `k` best of the adjusted row. The scan
+/// leaves the patched tokens out (the test costs nothing on the hot path: it is made only
+/// for an entry that beats the running threshold), then the patched values join and the
+/// result is cut to `k`.
 ///
 /// # Errors
 /// As [`select_row`], then the patches' own NaN/`+inf`.
@@ -169,12 +172,11 @@ pub(crate) fn select_patched<T: crate::element::Logit>(
     overlay: &crate::adjust::Overlay,
     out: &mut Vec<(f32, TokenId)>,
 ) -> Result<(), crate::Error> {
-    select_row(row, k + overlay.patch.len(), out)?;
+    select_row(row, k, overlay, out)?;
     overlay.check()?;
     if overlay.patch.is_empty() {
         return Ok(());
     }
-    out.retain(|&(_, id)| !overlay.is_patched(id));
     out.extend(
         overlay
             .patch
