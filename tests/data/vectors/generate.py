@@ -363,6 +363,18 @@ def groups():
                "0.95) on 20 tokens.", [10.0 - 0.7 * i for i in range(20)],
                {"temperature": 0.6, "top_k": 20, "top_p": 0.95}),
     ]
+    # Rows of a few thousand tokens, where a fast path's bucketing and partial sorts
+    # have room to go wrong. Deterministic, irregular logits.
+    big = [round(3.0 * math.sin(i * 0.37) + ((i * 7919) % 101) / 50.0, 4)
+           for i in range(3000)]
+    g["scale"] = [
+        vector("scale_top_p", "3000 tokens, T = 0.7, top-p 0.5.", big,
+               {"temperature": 0.7, "top_p": 0.5}),
+        vector("scale_min_p", "3000 tokens, min-p 0.5.", big, {"min_p": 0.5}),
+        vector("scale_top_k_top_p", "3000 tokens, Qwen3 defaults: T 0.6, top-k 20, "
+               "top-p 0.95.", big, {"temperature": 0.6, "top_k": 20, "top_p": 0.95}),
+        vector("scale_greedy", "3000 tokens, greedy.", big, {"temperature": 0.0}),
+    ]
     return g
 
 
