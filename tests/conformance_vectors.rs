@@ -259,6 +259,12 @@ fn vectors_are_well_formed_and_cover_every_stage() {
         }
     }
     assert_eq!(keys.len(), 15, "stages covered: {keys:?}");
+    let zeros = vectors
+        .iter()
+        .find(|v| v.name == "signed_zeros_tie")
+        .expect("the signed-zero vector");
+    assert!(zeros.logits[0] == 0.0 && zeros.logits[0].is_sign_negative());
+    assert!(zeros.logits[1] == 0.0 && zeros.logits[1].is_sign_positive());
     for name in [
         "worked_examples.json:fruit_t1",
         "worked_examples.json:fruit_t0.5",

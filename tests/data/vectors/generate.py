@@ -348,6 +348,10 @@ def groups():
                {"top_p": 0.95}, vocab=3),
         vector("ties_order", "Equal logits keep id order in the draw.",
                [0.0, 1.0, 0.0, 1.0, 0.0], {}),
+        vector("signed_zeros_tie", "-0.0 and 0.0 are the same logit: a tie, lower id "
+               "first.", [-0.0, 0.0, -1.0], {}),
+        vector("signed_zeros_greedy", "Greedy on -0.0 and 0.0: the lower id.",
+               [-0.0, 0.0, -1.0], {"temperature": 0.0}),
         vector("wide_range", "Logits 60 apart: the small token's weight is e^-60, kept "
                "with p = 1 but never drawn for these uniforms.", [30.0, -30.0, 29.0], {}),
     ]
