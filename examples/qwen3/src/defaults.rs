@@ -4,8 +4,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use logits::{SamplingParams, SamplingParamsBuilder, TokenId};
-use serde::Deserialize;
+use logits::{GenerationConfig, SamplingParams, SamplingParamsBuilder, TokenId};
 
 use crate::cli::Args;
 
@@ -18,31 +17,6 @@ pub struct GenerationDefaults {
     pub eos_token_ids: Vec<TokenId>,
 }
 
-#[derive(Debug, Deserialize)]
-struct Raw {
-    #[serde(default)]
-    do_sample: Option<bool>,
-    #[serde(default)]
-    temperature: Option<f32>,
-    #[serde(default)]
-    top_k: Option<usize>,
-    #[serde(default)]
-    top_p: Option<f32>,
-    #[serde(default)]
-    min_p: Option<f32>,
-    #[serde(default)]
-    repetition_penalty: Option<f32>,
-    #[serde(default)]
-    eos_token_id: Option<EosIds>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum EosIds {
-    One(TokenId),
-    Many(Vec<TokenId>),
-}
-
 impl GenerationDefaults {
     /// Reads `generation_config.json`; errors name the file.
     pub fn from_file(path: &Path) -> Result<Self> {
@@ -52,39 +26,15 @@ impl GenerationDefaults {
             .with_context(|| format!("invalid generation config {}", path.display()))
     }
 
-    /// Parses the text of a `generation_config.json` with Hugging Face's
-    /// meaning: without `do_sample: true` decoding is greedy; an unset `top_k`
-    /// is 50; `top_k: 0` turns it off.
+    /// Parses the text of a `generation_config.json` with the library's
+    /// reader (Hugging Face's meaning: without `do_sample: true` decoding is
+    /// greedy; an unset `top_k` is 50; `top_k: 0` turns it off).
     pub fn from_json(text: &str) -> Result<Self> {
-        let raw: Raw = serde_json::from_str(text).context("not a generation config")?;
-        let mut b = SamplingParams::builder();
-        if raw.do_sample.unwrap_or(false) {
-            b = b.temperature(raw.temperature.unwrap_or(1.0));
-            b = match raw.top_k.unwrap_or(50) {
-                0 => b.no_top_k(),
-                k => b.top_k(k),
-            };
-            if let Some(p) = raw.top_p {
-                b = b.top_p(p);
-            }
-            if let Some(p) = raw.min_p {
-                b = b.min_p(p);
-            }
-        } else {
-            b = b.temperature(0.0);
-        }
-        if let Some(r) = raw.repetition_penalty {
-            b = b.repetition_penalty(r);
-        }
-        let params = b.build().context("invalid sampling parameter")?;
-        let eos_token_ids = match raw.eos_token_id {
-            None => Vec::new(),
-            Some(EosIds::One(id)) => vec![id],
-            Some(EosIds::Many(ids)) => ids,
-        };
+        let config = GenerationConfig::from_json(text)?;
+        let params = config.to_params().context("invalid sampling parameter")?;
         Ok(GenerationDefaults {
             params,
-            eos_token_ids,
+            eos_token_ids: config.eos_token_id,
         })
     }
 

@@ -32,6 +32,15 @@ impl GrammarSpec {
         Ok(GrammarSpec::JsonSchema(text))
     }
 
+    /// What kind of constraint this is, and where it came from, for messages.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            GrammarSpec::JsonSchema(_) => "--json-schema",
+            GrammarSpec::Regex(_) => "--regex",
+            GrammarSpec::Lark(_) => "--grammar",
+        }
+    }
+
     /// Reads a Lark grammar file; errors name the file.
     pub fn grammar_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
@@ -72,7 +81,7 @@ impl Grammars {
             GrammarSpec::Regex(r) => self.engine.regex(r),
             GrammarSpec::Lark(g) => self.engine.lark(g),
         }
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| anyhow!("{} rejected: {e}", spec.describe()))?;
         Ok(GrammarFilter {
             stage: GrammarMask::new(Box::new(constraint), self.vocab.clone()),
         })

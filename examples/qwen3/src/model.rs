@@ -94,7 +94,7 @@ impl Model {
         // SAFETY: the files are memory-mapped read-only; the runner does not
         // modify them while the model is alive.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(files, DType::F32, &device) }
-            .with_context(|| format!("cannot map weights {}", show(files)))?;
+            .map_err(|e| anyhow!("cannot map weights {}: {}", show(files), candle_message(&e)))?;
         Self::from_var_builder(config, vb).with_context(|| format!("weights {}", show(files)))
     }
 
@@ -103,7 +103,7 @@ impl Model {
     pub fn from_var_builder(config: &Qwen3Config, vb: VarBuilder) -> Result<Self> {
         let device = vb.device().clone();
         let model = qwen3::ModelForCausalLM::new(&config.to_candle(), vb)
-            .map_err(|e| anyhow!("do not match the Qwen3 config: {e}"))?;
+            .map_err(|e| anyhow!("do not match the Qwen3 config: {}", candle_message(&e)))?;
         Ok(Model {
             inner: Inner::Full(model),
             device,
@@ -118,8 +118,13 @@ impl Model {
         let device = Device::Cpu;
         let mut file = std::fs::File::open(path)
             .with_context(|| format!("cannot open GGUF file {}", path.display()))?;
-        let content = candle_core::quantized::gguf_file::Content::read(&mut file)
-            .map_err(|e| anyhow!("invalid GGUF file {}: {e}", path.display()))?;
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file).map_err(|e| {
+            anyhow!(
+                "invalid GGUF file {}: {}",
+                path.display(),
+                candle_message(&e)
+            )
+        })?;
         let arch = content
             .metadata
             .get("general.architecture")
@@ -143,8 +148,14 @@ impl Model {
             .and_then(|v| v.to_u32().ok())
             .ok_or_else(|| anyhow!("GGUF file {} has no qwen3.context_length", path.display()))?
             as usize;
-        let model = quantized_qwen3::ModelWeights::from_gguf(content, &mut file, &device)
-            .map_err(|e| anyhow!("cannot load GGUF file {}: {e}", path.display()))?;
+        let model =
+            quantized_qwen3::ModelWeights::from_gguf(content, &mut file, &device).map_err(|e| {
+                anyhow!(
+                    "cannot load GGUF file {}: {}",
+                    path.display(),
+                    candle_message(&e)
+                )
+            })?;
         Ok(Model {
             inner: Inner::Quantized(model),
             device,
@@ -196,12 +207,14 @@ impl Model {
                 self.context_len
             );
         }
-        let input = Tensor::new(tokens, &self.device)?.unsqueeze(0)?;
+        let input = Tensor::new(tokens, &self.device)
+            .and_then(|t| t.unsqueeze(0))
+            .map_err(|e| anyhow!("cannot build the input: {}", candle_message(&e)))?;
         let out = match &mut self.inner {
             Inner::Full(m) => m.forward(&input, self.position),
             Inner::Quantized(m) => m.forward(&input, self.position),
         }
-        .map_err(|e| anyhow!("forward pass failed: {e}"))?;
+        .map_err(|e| anyhow!("forward pass failed: {}", candle_message(&e)))?;
         self.position += tokens.len();
         let row = out.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
         Ok(row)
@@ -232,6 +245,20 @@ fn check_safetensors(path: &Path) -> Result<()> {
     serde_json::from_slice::<serde_json::Value>(&header)
         .map_err(|_| anyhow!("invalid weights {}: not a safetensors file", path.display()))?;
     Ok(())
+}
+
+/// A candle error as one message, without the backtrace candle attaches
+/// when `RUST_BACKTRACE` is set.
+pub fn candle_message(e: &candle_core::Error) -> String {
+    use candle_core::Error;
+    match e {
+        Error::WithBacktrace { inner, .. } => candle_message(inner),
+        Error::WithPath { inner, path } => {
+            format!("{}: {}", path.display(), candle_message(inner))
+        }
+        Error::Context { inner, context } => format!("{context}: {}", candle_message(inner)),
+        other => other.to_string(),
+    }
 }
 
 fn show(files: &[PathBuf]) -> String {
