@@ -10,9 +10,9 @@
 //!
 //! # The semantics of record
 //!
-//! [`crate::reference`] (re-exported here as [`reference`](mod@reference)) is the executable
-//! specification of the whole pipeline: it sorts the whole vocabulary, works in `f64`
-//! and does the obvious thing at every stage. Where any sampler, this crate's fast
+//! [`crate::reference`] (re-exported here as [`reference`](mod@reference)) is the
+//! executable specification of the whole pipeline: it sorts the whole vocabulary, works
+//! in `f64` and does the obvious thing at every stage. Where any sampler, this crate's fast
 //! [`Sampler`](crate::Sampler) included, disagrees with it, the reference is right. The
 //! checks in this module compare against it, and the crate's conformance vectors
 //! (`tests/data/vectors/*.json` in the repository) pin it to independently computed
