@@ -513,3 +513,73 @@ fn default_order_chain_matches_every_vector() {
         });
     }
 }
+
+/// Numbers equal within `1e-12` (relative), everything else exactly.
+fn same_json(a: &Value, b: &Value, at: &str) -> Result<(), String> {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            if (x - y).abs() <= 1e-12 * x.abs().max(y.abs()) || x == y {
+                Ok(())
+            } else {
+                Err(format!("{at}: {x} vs {y}"))
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .try_for_each(|(i, (x, y))| same_json(x, y, &format!("{at}[{i}]"))),
+        (Value::Object(x), Value::Object(y)) if x.len() == y.len() => {
+            x.iter().try_for_each(|(k, v)| match y.get(k) {
+                Some(w) => same_json(v, w, &format!("{at}.{k}")),
+                None => Err(format!("{at}: no key {k}")),
+            })
+        }
+        _ if a == b => Ok(()),
+        _ => Err(format!("{at}: {a} vs {b}")),
+    }
+}
+
+#[test]
+fn committed_vectors_are_what_the_generator_writes() {
+    let out = std::env::temp_dir().join(format!("logits-vectors-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let status = std::process::Command::new("python3")
+        .arg(dir().join("generate.py"))
+        .arg(&out)
+        .status();
+    let Ok(status) = status else {
+        eprintln!("python3 is not available: the generator check is skipped");
+        return;
+    };
+    assert!(status.success(), "generate.py failed");
+    let mut compared = 0;
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let read = |p: &Path| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+        };
+        let committed = dir().join(&name);
+        assert!(committed.exists(), "{name} is generated but not committed");
+        same_json(&read(&committed), &read(&path), &name)
+            .unwrap_or_else(|e| panic!("edit generate.py, not the JSON: {e}"));
+        compared += 1;
+    }
+    let committed = std::fs::read_dir(dir())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
+        .count();
+    assert_eq!(
+        compared, committed,
+        "a committed vector file has no generator"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import struct
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NEG_INF = float("-inf")
@@ -383,9 +384,12 @@ def groups():
 
 
 def main():
+    # `generate.py [DIR]` writes into DIR instead (the crate's tests use this to check
+    # that the committed files are what this script produces).
+    out = sys.argv[1] if len(sys.argv) > 1 else HERE
     for name, vectors in groups().items():
         doc = {"format": "logits-conformance/1", "vectors": vectors}
-        with open(os.path.join(HERE, name + ".json"), "w") as f:
+        with open(os.path.join(out, name + ".json"), "w") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
 
