@@ -19,7 +19,7 @@ pub(crate) fn convert_checked<T: Logit>(row: &[T], out: &mut [f32]) -> Result<f3
         for j in 0..W {
             let v = s[j].to_f32();
             d[j] = v;
-            bad[j] |= !(v < f32::INFINITY);
+            bad[j] |= not_finite_above(v);
             lanes[j] = if v > lanes[j] { v } else { lanes[j] };
         }
     }
@@ -28,7 +28,7 @@ pub(crate) fn convert_checked<T: Logit>(row: &[T], out: &mut [f32]) -> Result<f3
     for (s, d) in src.remainder().iter().zip(dst.into_remainder()) {
         let v = s.to_f32();
         *d = v;
-        any_bad |= !(v < f32::INFINITY);
+        any_bad |= not_finite_above(v);
         max = max.max(v);
     }
     if any_bad {
@@ -50,14 +50,14 @@ pub(crate) fn recheck(row: &[f32]) -> Result<f32, Error> {
     for s in chunks {
         for j in 0..W {
             let v = s[j];
-            bad[j] |= !(v < f32::INFINITY);
+            bad[j] |= not_finite_above(v);
             lanes[j] = if v > lanes[j] { v } else { lanes[j] };
         }
     }
     let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut any_bad = bad.iter().any(|&b| b);
     for &v in rem {
-        any_bad |= !(v < f32::INFINITY);
+        any_bad |= not_finite_above(v);
         max = max.max(v);
     }
     if any_bad {
@@ -82,6 +82,12 @@ fn first_non_finite(row: &[f32]) -> Result<(), Error> {
 /// Lanes of the row kernels: the row is read in chunks of this many entries, each chunk
 /// reduced with independent per-lane operations so the compiler emits SIMD.
 pub(crate) const LANES: usize = 16;
+
+/// True for NaN and `+inf`: the values a row may not hold (`-inf` is legal).
+#[inline(always)]
+pub(crate) fn not_finite_above(v: f32) -> bool {
+    v.is_nan() | (v == f32::INFINITY)
+}
 
 /// Converts a chunk of the row to `f32` (the `f16`/`bf16` conversion happens here, in
 /// registers, inside every pass: the row is never copied).
@@ -128,10 +134,10 @@ pub(crate) fn max_checked<T: Logit>(row: &[T]) -> Result<f32, Error> {
         }
     }
     let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut any_bad = sum.iter().any(|s| !(*s < f32::INFINITY));
+    let mut any_bad = sum.iter().any(|s| not_finite_above(*s));
     for x in rem {
         let v = x.to_f32();
-        any_bad |= !(v < f32::INFINITY);
+        any_bad |= not_finite_above(v);
         max = max.max(v);
     }
     if any_bad {
@@ -257,7 +263,7 @@ impl Overlay {
         let bad = self
             .patch
             .iter()
-            .filter(|(_, v)| !(*v < f32::INFINITY))
+            .filter(|(_, v)| not_finite_above(*v))
             .min_by_key(|(id, _)| *id);
         match bad {
             Some(&(id, v)) if v.is_nan() => Err(Error::NanLogit { index: id as usize }),

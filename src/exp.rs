@@ -29,8 +29,8 @@
 const ROUND: f64 = 6_755_399_441_055_744.0;
 const LOG2_E: f64 = std::f64::consts::LOG2_E;
 /// `ln 2` split in two so that `k * LN2_HI` is exact for `|k| < 2^11`.
-const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
-const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+const LN2_HI: f64 = 6.931_471_803_691_238e-1;
+const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
 /// The lowest argument evaluated; below it the result is `exp(MIN_ARG)`.
 pub(crate) const MIN_ARG: f64 = -708.0;
 
@@ -86,7 +86,8 @@ pub(crate) fn exp_neg_f32(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    // (Cephes' coefficient 5.0000001201e-1 rounds to 0.5 in f32.)
+    p = p * r + 0.5;
     p = p * r * r + r + 1.0;
     let ki = t.to_bits().wrapping_sub(ROUND_F32.to_bits());
     f32::from_bits(p.to_bits().wrapping_add(ki << 23))

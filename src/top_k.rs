@@ -96,7 +96,7 @@ pub(crate) fn select_row<T: crate::element::Logit>(
         sum[0] += x.to_f32();
     }
     insert_all(rem, rem_start, k, skip, &mut threshold, out);
-    if sum.iter().any(|s| !(*s < f32::INFINITY)) {
+    if sum.iter().any(|s| crate::adjust::not_finite_above(*s)) {
         crate::adjust::first_non_finite_of(row)?;
     }
     Ok(())
@@ -207,7 +207,7 @@ pub struct TopK {
 
 impl TopK {
     /// # Errors
-    /// [`Error::InvalidParameter`] when `k == 0`.
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) when `k == 0`.
     pub fn new(k: usize) -> Result<Self, crate::Error> {
         if k == 0 {
             return Err(crate::Error::InvalidParameter {

@@ -245,7 +245,10 @@ proptest! {
         for (i, nan) in &bad {
             row[i.index(n)] = if *nan { f32::NAN } else { f32::INFINITY };
         }
-        let first = row.iter().position(|x| !(*x < f32::INFINITY)).unwrap();
+        let first = row
+            .iter()
+            .position(|x| x.is_nan() || *x == f32::INFINITY)
+            .unwrap();
         let want = if row[first].is_nan() { Error::NanLogit { index: first } } else { Error::InfiniteLogit { index: first } };
         let params = match path {
             0 => SamplingParams::greedy(),
