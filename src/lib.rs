@@ -77,7 +77,7 @@
 //! [`reference`] implements the whole pipeline plainly (sort everything, `f64`
 //! throughout). The fast [`Sampler`] is property-tested against it.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
@@ -116,6 +116,7 @@ mod rng;
 mod sample;
 mod sampler;
 mod scratch;
+mod simd;
 mod temperature;
 #[cfg(feature = "testing")]
 pub mod testing;
