@@ -127,6 +127,9 @@ pub(crate) fn error_bound(b: usize, count: u32, mass: f64) -> f64 {
 ///
 /// `precise` selects the weights: the `f64` [`exp_neg`] (relative error `4e-15`), or the
 /// `f32` [`exp_neg_f32`] with the per-bucket error of [`error_bound`].
+///
+/// Always inlined, so that [`simd::build`](crate::simd::build) can compile it for AVX2.
+#[inline(always)]
 pub(crate) fn build<T: Logit>(
     row: &[T],
     overlay: &Overlay,
@@ -237,6 +240,7 @@ fn build_with<T: Logit>(
 /// Writes the tokens of buckets `lo..=hi` of the adjusted row into `out`, sorted by
 /// [`order`]. Chunks whose largest entry is beyond `hi` are skipped after one
 /// comparison per entry.
+#[inline(always)]
 pub(crate) fn collect<T: Logit>(
     row: &[T],
     overlay: &Overlay,

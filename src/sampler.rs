@@ -436,7 +436,7 @@ impl Sampler {
             } => {
                 if lo > 0 {
                     let t = self.params.temperature();
-                    histogram::collect(adj, &s.overlay, frame, 0, lo - 1, &mut s.cand2);
+                    crate::simd::collect(adj, &s.overlay, frame, 0, lo - 1, &mut s.cand2);
                     fill_weights(&s.cand2, frame.max, t, &mut s.weight2);
                     out.extend(
                         s.cand2
@@ -535,7 +535,7 @@ impl Sampler {
         } else {
             (key_thr + 1).min(LAST)
         };
-        histogram::build(
+        crate::simd::build(
             adj,
             ov,
             f,
@@ -589,7 +589,7 @@ impl Sampler {
         let hi = b_k.max(b_p.min(b_m_hi));
         let err_before = err_of(0..lo);
         let err_total = if top_p < 1.0 { err_of(0..BUCKETS) } else { 0.0 };
-        histogram::collect(adj, ov, f, lo, hi, &mut s.cand);
+        crate::simd::collect(adj, ov, f, lo, hi, &mut s.cand);
         fill_weights(&s.cand, max, t, &mut s.weight);
         let before: usize = s.hist_count[..lo].iter().map(|&c| c as usize).sum();
         let cum_before: f64 = s.hist_mass[..lo].iter().sum();
@@ -781,7 +781,7 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         }
         last = Some(b);
         if cum + m > target || w.margin.is_some_and(|e| cum + m + e > target) {
-            histogram::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
+            crate::simd::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
             fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
             let mut c = cum;
             for (i, &x) in s.weight2.iter().enumerate() {
@@ -817,7 +817,7 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         return Some((s.cand[i].1, s.weight[i]));
     }
     let b = last.unwrap_or(0);
-    histogram::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
+    crate::simd::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
     fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
     let i = s.weight2.iter().rposition(|&x| x > 0.0).unwrap_or(0);
     Some(match s.cand2.get(i) {
