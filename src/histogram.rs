@@ -2,7 +2,7 @@
 //! vocabulary.
 //!
 //! Every finite token falls in a bucket by its distance below the maximum in scaled
-//! units, `d = (max - l) / T`: bucket `b` holds `d` within `1 / 32` nat of `b / 16`
+//! units, `d = (max - l) / T`: bucket `b` holds `d` within `1 / 128` nat of `b / 64`
 //! nats, and the last bucket everything from about 64 nats down (weights below `e^-64`). One pass
 //! accumulates each bucket's count and weight `sum exp(-d)` in `f64`, with the
 //! vectorised `f32` [`exp_neg_f32`](crate::exp::exp_neg_f32) and a bound on each
@@ -26,7 +26,7 @@ use crate::top_k::order;
 use crate::TokenId;
 
 /// Number of buckets.
-pub(crate) const BUCKETS: usize = 1024;
+pub(crate) const BUCKETS: usize = 4096;
 /// Length of the count and mass arrays: the buckets and one spare slot that the fill
 /// pass uses as a sink (always zero afterwards).
 pub(crate) const SLOTS: usize = BUCKETS + 1;
@@ -35,7 +35,7 @@ const SLOTS_MASK: usize = 2 * BUCKETS - 1;
 /// The last bucket, which also holds every token more than 64 nats below the maximum.
 pub(crate) const LAST: usize = BUCKETS - 1;
 /// Buckets per nat.
-const PER_NAT: f32 = 16.0;
+const PER_NAT: f32 = 64.0;
 /// The key of a `-inf` token: in no bucket.
 const NONE: u32 = BUCKETS as u32;
 
@@ -238,8 +238,9 @@ fn build_with<T: Logit>(
 }
 
 /// Writes the tokens of buckets `lo..=hi` of the adjusted row into `out`, sorted by
-/// [`order`]. Chunks whose largest entry is beyond `hi` are skipped after one
-/// comparison per entry.
+/// [`order`]. Blocks whose largest entry is beyond `hi` are skipped after one
+/// comparison per entry. Gives up, returning false, once more than about `cap` tokens
+/// were found (`out` is then incomplete and unsorted).
 #[inline(always)]
 pub(crate) fn collect<T: Logit>(
     row: &[T],
@@ -247,8 +248,9 @@ pub(crate) fn collect<T: Logit>(
     f: Frame,
     lo: usize,
     hi: usize,
+    cap: usize,
     out: &mut Vec<(f32, TokenId)>,
-) {
+) -> bool {
     out.clear();
     let (lo, hi) = (lo as u32, hi as u32);
     let blocks = row.chunks_exact(BLOCK);
@@ -282,6 +284,9 @@ pub(crate) fn collect<T: Logit>(
                 }
             }
         }
+        if out.len() > cap {
+            return false;
+        }
     }
     for (j, x) in row[rem_start..].iter().enumerate() {
         let l = x.to_f32();
@@ -298,6 +303,7 @@ pub(crate) fn collect<T: Logit>(
         }
     }
     out.sort_unstable_by(order);
+    true
 }
 
 /// The first bucket at which the running mass reaches `target`, walking from the top

@@ -47,6 +47,10 @@ pub struct Sampler {
     scratch: Scratch,
 }
 
+/// Min-p alone sorts the tokens near its threshold directly when there are at most this
+/// many; beyond, it goes through the histogram.
+const MIN_P_DIRECT: usize = 4096;
+
 /// What to do with the adjusted row.
 #[derive(Debug)]
 enum Goal<'a> {
@@ -436,7 +440,15 @@ impl Sampler {
             } => {
                 if lo > 0 {
                     let t = self.params.temperature();
-                    crate::simd::collect(adj, &s.overlay, frame, 0, lo - 1, &mut s.cand2);
+                    crate::simd::collect(
+                        adj,
+                        &s.overlay,
+                        frame,
+                        0,
+                        lo - 1,
+                        usize::MAX,
+                        &mut s.cand2,
+                    );
                     fill_weights(&s.cand2, frame.max, t, &mut s.weight2);
                     out.extend(
                         s.cand2
@@ -530,6 +542,27 @@ impl Sampler {
             LAST
         };
         let need_total = top_p < 1.0 || min_p <= 0.0;
+        if !need_total {
+            // Min-p alone needs no total: when few tokens come near the threshold (a
+            // peaked row), take them all in one pass, sort them and cut exactly.
+            let hi = (key_thr + 1).min(LAST);
+            if crate::simd::collect(adj, ov, f, 0, hi, MIN_P_DIRECT, &mut s.cand) {
+                let m = s
+                    .cand
+                    .iter()
+                    .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
+                    .count();
+                // (The tokens of buckets 0..=hi are the top ones, in order, so they
+                // also hold the `keep` best when there are that many.)
+                let n = m.max(keep);
+                if n <= s.cand.len() {
+                    s.cand.truncate(n);
+                    fill_weights(&s.cand, max, t, &mut s.weight);
+                    let total = s.weight.iter().sum();
+                    return Ok(Some(Survivors::Prefix { n, total }));
+                }
+            }
+        }
         let limit = if need_total {
             LAST
         } else {
@@ -589,7 +622,7 @@ impl Sampler {
         let hi = b_k.max(b_p.min(b_m_hi));
         let err_before = err_of(0..lo);
         let err_total = if top_p < 1.0 { err_of(0..BUCKETS) } else { 0.0 };
-        crate::simd::collect(adj, ov, f, lo, hi, &mut s.cand);
+        crate::simd::collect(adj, ov, f, lo, hi, usize::MAX, &mut s.cand);
         fill_weights(&s.cand, max, t, &mut s.weight);
         let before: usize = s.hist_count[..lo].iter().map(|&c| c as usize).sum();
         let cum_before: f64 = s.hist_mass[..lo].iter().sum();
@@ -781,7 +814,7 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         }
         last = Some(b);
         if cum + m > target || w.margin.is_some_and(|e| cum + m + e > target) {
-            crate::simd::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
+            crate::simd::collect(adj, &s.overlay, f, b, b, usize::MAX, &mut s.cand2);
             fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
             let mut c = cum;
             for (i, &x) in s.weight2.iter().enumerate() {
@@ -817,7 +850,7 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         return Some((s.cand[i].1, s.weight[i]));
     }
     let b = last.unwrap_or(0);
-    crate::simd::collect(adj, &s.overlay, f, b, b, &mut s.cand2);
+    crate::simd::collect(adj, &s.overlay, f, b, b, usize::MAX, &mut s.cand2);
     fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
     let i = s.weight2.iter().rposition(|&x| x > 0.0).unwrap_or(0);
     Some(match s.cand2.get(i) {

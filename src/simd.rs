@@ -64,16 +64,16 @@ pub(crate) fn collect<T: Logit>(
     f: Frame,
     lo: usize,
     hi: usize,
+    cap: usize,
     out: &mut Vec<(f32, TokenId)>,
-) {
+) -> bool {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: as in `build`: the CPU supports the AVX2 instructions `collect_avx2` is
         // compiled with.
-        unsafe { collect_avx2(row, overlay, f, lo, hi, out) };
-        return;
+        return unsafe { collect_avx2(row, overlay, f, lo, hi, cap, out) };
     }
-    histogram::collect(row, overlay, f, lo, hi, out);
+    histogram::collect(row, overlay, f, lo, hi, cap, out)
 }
 
 /// [`histogram::collect`] compiled for AVX2.
@@ -85,9 +85,10 @@ fn collect_avx2<T: Logit>(
     f: Frame,
     lo: usize,
     hi: usize,
+    cap: usize,
     out: &mut Vec<(f32, TokenId)>,
-) {
-    histogram::collect(row, overlay, f, lo, hi, out);
+) -> bool {
+    histogram::collect(row, overlay, f, lo, hi, cap, out)
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -132,9 +133,9 @@ mod tests {
                     let bits = |m: &[f64]| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&m1), bits(&m2), "n {n}, precise {precise}");
                     let (mut o1, mut o2) = (Vec::new(), Vec::new());
-                    histogram::collect(&row, &ov, f, 3, limit, &mut o1);
+                    histogram::collect(&row, &ov, f, 3, limit, usize::MAX, &mut o1);
                     // SAFETY: AVX2 support was checked at the top of the test.
-                    unsafe { collect_avx2(&row, &ov, f, 3, limit, &mut o2) };
+                    unsafe { collect_avx2(&row, &ov, f, 3, limit, usize::MAX, &mut o2) };
                     assert_eq!(o1, o2);
                 }
             }
