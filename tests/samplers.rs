@@ -191,7 +191,7 @@ fn ref_xtc(
     let out: BTreeSet<TokenId> = all
         .iter()
         .copied()
-        .filter(|&i| !(p[i as usize] > least && !special.contains(&i)))
+        .filter(|&i| p[i as usize] <= least || special.contains(&i))
         .collect();
     let live = order.iter().filter(|&&i| p[i as usize] > 0.0).count();
     let removed = all.len() - out.len();
