@@ -221,12 +221,28 @@ fn chat_turn(
 ) -> Result<Generation> {
     let mut io_error = None;
     let mut samples = Vec::new();
+    // Newlines right after <think> or </think> are layout, not content.
+    let mut part_start = false;
     let g = {
         let mut on_event = |e: Event<'_>| {
             let r = match e {
-                Event::Text { text, .. } => write!(out, "{text}").and_then(|_| out.flush()),
-                Event::ThinkingStart => writeln!(out, "[thinking]"),
-                Event::ThinkingEnd => writeln!(out, "\n[answer]"),
+                Event::Text { text, .. } => {
+                    let text = if part_start {
+                        text.trim_start_matches('\n')
+                    } else {
+                        text
+                    };
+                    part_start &= text.is_empty();
+                    write!(out, "{text}").and_then(|_| out.flush())
+                }
+                Event::ThinkingStart => {
+                    part_start = true;
+                    writeln!(out, "[thinking]")
+                }
+                Event::ThinkingEnd => {
+                    part_start = true;
+                    writeln!(out, "\n[answer]")
+                }
                 Event::Token { sample } => {
                     if args.logprobs.is_some() {
                         samples.push(*sample);
