@@ -79,7 +79,8 @@ pub struct Args {
     /// Constrain the answer to this regular expression.
     #[arg(long, value_name = "REGEX", conflicts_with = "grammar")]
     pub regex: Option<String>,
-    /// Constrain the answer to this grammar file.
+    /// Constrain the answer to this grammar file (Lark syntax, as
+    /// llguidance reads it).
     #[arg(long, value_name = "FILE")]
     pub grammar: Option<PathBuf>,
 
