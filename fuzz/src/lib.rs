@@ -142,7 +142,8 @@ pub fn check_sample(
     let Some(p_ref) = p_ref else {
         panic!("token {} is not a survivor: {dist:?}", out.token);
     };
-    assert!(out.logprob.is_finite() && out.logprob <= 1e-6, "{out:?}");
+    // A probability is at most 1, within the 1e-5 the fast path's arithmetic may add.
+    assert!(out.logprob.is_finite() && out.logprob <= 1e-5, "{out:?}");
     if greedy {
         assert_eq!(out.logprob, 0.0);
     }
