@@ -7,7 +7,7 @@ use clap::Parser;
 /// Chat with a Qwen3 model; sampling, stopping and constraints by the `logits`
 /// crate.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "qwen3", version, about)]
+#[command(name = "qwen3", version, about, allow_negative_numbers = true)]
 pub struct Args {
     /// Hugging Face model directory: config.json, model.safetensors (or a
     /// sharded index), tokenizer.json, tokenizer_config.json,
