@@ -9,6 +9,14 @@ use crate::TokenId;
 /// Below this many keys the weighted selection finishes with a plain sort.
 const SMALL: usize = 32;
 
+/// Distance buckets of 1/64 nat; distances of 64 nats and more share the last one.
+const BUCKETS: usize = 64 * 64;
+
+/// The bucket of distance `d >= 0` (monotone in `d`).
+fn bucket(d: f64) -> usize {
+    ((d * 64.0) as usize).min(BUCKETS - 1)
+}
+
 /// `(shifted, weight, id)`: a candidate's distance from the entropy, its weight and id.
 type Key = (f64, f64, TokenId);
 
@@ -77,8 +85,10 @@ pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
 /// - **Edge cases**: zero or one candidate: unchanged; every candidate `-inf`: unchanged
 ///   (the chain then reports [`Error::NoCandidates`]); a uniform distribution keeps
 ///   everything (all distances are 0).
-/// - **Cost**: `O(n)` expected (weighted quickselect), no full sort; no allocation once
-///   its buffers have grown to the vocabulary.
+/// - **Cost**: `O(n)`: one pass histograms the distances in buckets of 1/64 nat, a
+///   second collects the bucket where the mass is reached and finds the exact cut-off
+///   there by weighted quickselect; no full sort. No allocation once its buffers have
+///   grown to the vocabulary.
 ///
 /// The kept tokens are not necessarily the most probable ones: a token far more likely
 /// than "typical" can be cut.
@@ -99,6 +109,8 @@ pub struct TypicalP {
     min_keep: usize,
     weights: Vec<f64>,
     keys: Vec<Key>,
+    bucket_w: Vec<f64>,
+    bucket_n: Vec<usize>,
 }
 
 impl TypicalP {
@@ -119,6 +131,8 @@ impl TypicalP {
             min_keep: 1,
             weights: Vec::new(),
             keys: Vec::new(),
+            bucket_w: Vec::new(),
+            bucket_n: Vec::new(),
         })
     }
 
@@ -150,19 +164,65 @@ impl Stage for TypicalP {
         let h = entropy(c, &self.weights, total);
         let (maxd, t, ln_total) = (f64::from(max), c.temperature(), total.ln());
         let shifted = |l: f32| (-((f64::from(l) - maxd) / t - ln_total) - h).abs();
+        // Pass 1: weight and count of the candidates per distance bucket (buckets are
+        // monotone in d, so tied distances share one).
+        self.bucket_w.clear();
+        self.bucket_w.resize(BUCKETS, 0.0);
+        self.bucket_n.clear();
+        self.bucket_n.resize(BUCKETS, 0);
+        let mut live = 0usize;
+        for (&l, &w) in c.logits().iter().zip(&self.weights) {
+            if l > f32::NEG_INFINITY {
+                let b = bucket(shifted(l));
+                self.bucket_w[b] += w;
+                self.bucket_n[b] += 1;
+                live += 1;
+            }
+        }
+        if live == 0 {
+            return Ok(());
+        }
+        // The bucket where the cumulative weight reaches the target.
+        let target = f64::from(self.mass) * total;
+        let (mut before, mut n_before, mut cross) = (0.0f64, 0usize, None);
+        for b in 0..BUCKETS {
+            if self.bucket_n[b] == 0 {
+                continue;
+            }
+            if before + self.bucket_w[b] >= target {
+                cross = Some(b);
+                break;
+            }
+            before += self.bucket_w[b];
+            n_before += self.bucket_n[b];
+        }
+        // Rounding left the target unreached: every candidate is kept.
+        let Some(cross) = cross else {
+            return Ok(());
+        };
+        // Pass 2: the exact cut-off inside that bucket only.
         self.keys.clear();
         for ((&l, &w), &id) in c.logits().iter().zip(&self.weights).zip(c.ids()) {
             if l > f32::NEG_INFINITY {
-                self.keys.push((shifted(l), w, id));
+                let d = shifted(l);
+                if bucket(d) == cross {
+                    self.keys.push((d, w, id));
+                }
             }
         }
-        let target = f64::from(self.mass) * total;
-        let Some((d, _, _)) = weighted_threshold(&mut self.keys, target) else {
+        let Some((d, _, _)) = weighted_threshold(&mut self.keys, target - before) else {
             return Ok(());
         };
+        let n_kept = n_before + self.keys.iter().filter(|k| k.0 <= d).count();
         let mut limit = (d, 0.0, TokenId::MAX);
-        let n_kept = self.keys.iter().filter(|k| k.0 <= d).count();
-        if n_kept < self.min_keep && self.min_keep < self.keys.len() {
+        if n_kept < self.min_keep && self.min_keep < live {
+            // Rare: the min_keep-th smallest key over every candidate.
+            self.keys.clear();
+            for (&l, &id) in c.logits().iter().zip(c.ids()) {
+                if l > f32::NEG_INFINITY {
+                    self.keys.push((shifted(l), 0.0, id));
+                }
+            }
             let (_, kth, _) = self
                 .keys
                 .select_nth_unstable_by(self.min_keep - 1, key_order);

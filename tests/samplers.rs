@@ -511,6 +511,21 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Long rows of close logits: many candidates share a distance bucket, so the exact
+    /// cut-off inside the crossing bucket is exercised.
+    #[test]
+    fn typical_matches_reference_on_crowded_rows(
+        r in prop::collection::vec(prop_oneof![3 => -2.0f32..2.0, 1 => (-8i32..8).prop_map(|x| x as f32 / 4.0)], 200..800),
+        mass in 0.05f32..0.999, mk in 1usize..300,
+    ) {
+        let mut s = TypicalP::new(mass).unwrap().min_keep(mk);
+        prop_assert_eq!(kept(&mut s, &r, 1.0), ref_typical(&r, 1.0, mass, mk));
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Worked examples with hand-computed results.
 
