@@ -492,6 +492,17 @@ fn invalid_regex_and_sampling_options() {
 }
 
 #[test]
+fn malformed_flags_exit_1_and_help_exits_0() {
+    let o = qwen3(&["--model-dir", "x", "--temperature", "warm"]);
+    assert_fails(&o, &["--temperature", "warm"]);
+    let o = qwen3(&["--no-such-flag"]);
+    assert_fails(&o, &["--no-such-flag"]);
+    let o = qwen3(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("--json-schema"));
+}
+
+#[test]
 fn hub_id_without_the_hub_feature_is_a_clear_error() {
     if cfg!(feature = "hub") {
         return;
