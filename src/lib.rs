@@ -163,3 +163,4 @@ pub use xtc::Xtc;
 /// A token id: an index into the vocabulary and the logits row.
 pub type TokenId = u32;
 pub mod stop;
+pub use stop::{FinishReason, StopChecker, StopConditions, StopError};
