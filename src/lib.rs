@@ -74,7 +74,7 @@
 //!
 //! # The executable specification
 //!
-//! [`reference`] implements the whole pipeline plainly (sort everything, `f64`
+//! [`reference`](mod@reference) implements the whole pipeline plainly (sort everything, `f64`
 //! throughout). The fast [`Sampler`] is property-tested against it.
 
 #![deny(unsafe_code)]
