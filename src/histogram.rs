@@ -3,8 +3,8 @@
 //!
 //! Every finite token falls in a bucket by its distance below the maximum in scaled
 //! units, `d = (max - l) / T`: bucket `b` holds `d` within `1 / 128` nat of `b / 64`
-//! nats, and the last bucket everything from about 64 nats down (weights below `e^-64`). One pass
-//! accumulates each bucket's count and weight `sum exp(-d)` in `f64`, with the
+//! nats, and the last bucket everything from about 64 nats down (weights below
+//! `e^-64`). One pass accumulates each bucket's count and weight `sum exp(-d)` in `f64`, with the
 //! vectorised `f32` [`exp_neg_f32`](crate::exp::exp_neg_f32) and a bound on each
 //! bucket's error ([`error_bound`]), or, when a decision falls within that bound, with
 //! the `f64` [`exp_neg`](crate::exp::exp_neg) (relative error below `4e-15`).
@@ -30,8 +30,6 @@ pub(crate) const BUCKETS: usize = 4096;
 /// Length of the count and mass arrays: the buckets and one spare slot that the fill
 /// pass uses as a sink (always zero afterwards).
 pub(crate) const SLOTS: usize = BUCKETS + 1;
-/// A mask that keeps every slot index in range, so the scatter needs no bounds check.
-const SLOTS_MASK: usize = 2 * BUCKETS - 1;
 /// The last bucket, which also holds every token more than 64 nats below the maximum.
 pub(crate) const LAST: usize = BUCKETS - 1;
 /// Buckets per nat.
@@ -196,11 +194,12 @@ fn build_with<T: Logit>(
                 w[j] = weight(f, v[j]);
                 let kj = key(v[j], f);
                 // Tokens outside the histogram go to the spare slot past the last bucket,
-                // so the scatter below needs no branch and no bounds check.
+                // so the scatter below needs no branch (and, with the `min`, no bounds
+                // check).
                 k[j] = if kj <= lim { kj } else { BUCKETS as u32 };
             }
             for j in 0..LANES {
-                let b = k[j] as usize & SLOTS_MASK;
+                let b = (k[j] as usize).min(BUCKETS);
                 count[b] += 1;
                 mass[b] += w[j];
             }
