@@ -108,6 +108,26 @@ pub(crate) fn fast_f32<T: Logit>(x: &T) -> f32 {
     }
 }
 
+/// The largest of the lanes, by a tree of compare-and-select (which vectorises, unlike a
+/// fold with `f32::max`, whose NaN handling costs a branch per step). The lanes hold no
+/// NaN where it is used.
+#[inline(always)]
+pub(crate) fn lanes_max(m: &[f32; LANES]) -> f32 {
+    let mut h = *m;
+    let mut width = LANES / 2;
+    while width > 0 {
+        for j in 0..width {
+            h[j] = if h[j] > h[j + width] {
+                h[j]
+            } else {
+                h[j + width]
+            };
+        }
+        width /= 2;
+    }
+    h[0]
+}
+
 /// Entries per block: the kernels reduce a block's lanes to one decision, so the
 /// horizontal work is paid once per `BLOCK` entries.
 pub(crate) const BLOCK: usize = 4 * LANES;

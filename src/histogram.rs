@@ -180,8 +180,9 @@ fn build_with<T: Logit>(
                     m[j] = if v[j] > m[j] { v[j] } else { m[j] };
                 }
             }
-            let top = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            // (An entry above the maximum is a patched token's raw value: no skip.)
+            // Skip when the block's largest entry is beyond the limit. (An entry above
+            // the maximum is a patched token's raw value: no skip.)
+            let top = crate::adjust::lanes_max(&m);
             if top <= f.max && key(top, f) > lim {
                 continue;
             }
@@ -262,8 +263,9 @@ pub(crate) fn collect<T: Logit>(
                 m[j] = if v[j] > m[j] { v[j] } else { m[j] };
             }
         }
-        let top = m.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        // (An entry above the maximum is a patched token's raw value: no skip.)
+        // Skip when the block's largest entry is beyond `hi`. (An entry above the
+        // maximum is a patched token's raw value: no skip.)
+        let top = crate::adjust::lanes_max(&m);
         if top <= f.max && key(top, f) > hi {
             continue;
         }
