@@ -15,6 +15,9 @@ use logits::grammar::{
 };
 use logits::{Sampler, SamplingParams, TokenId};
 
+/// A constraint, the special ids it names, and a `Choice`'s options (as bytes).
+type Picked = (Box<dyn Constraint>, Vec<TokenId>, Option<Vec<Vec<u8>>>);
+
 fn token_bytes(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<u8>> {
     let n = u.int_in_range(0..=3)?;
     (0..n)
@@ -65,46 +68,45 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     assert!(!vocab.eos().is_empty());
 
     // The constraint, and the special ids it names.
-    let (constraint, named, options): (Box<dyn Constraint>, Vec<TokenId>, Option<Vec<Vec<u8>>>) =
-        if u.arbitrary()? {
-            let options: Vec<String> = (0..u.int_in_range(0..=3)?)
-                .map(|_| Ok(String::from_utf8_lossy(&token_bytes(u)?).into_owned()))
-                .collect::<arbitrary::Result<_>>()?;
-            match Choice::new(vocab.clone(), &options) {
-                Ok(c) => (
-                    Box::new(c),
-                    Vec::new(),
-                    Some(options.iter().map(|o| o.as_bytes().to_vec()).collect()),
-                ),
-                Err(e) => {
-                    assert!(matches!(e, GrammarError::InvalidGrammar { .. }), "{e:?}");
-                    return Ok(());
-                }
+    let (constraint, named, options): Picked = if u.arbitrary()? {
+        let options: Vec<String> = (0..u.int_in_range(0..=3)?)
+            .map(|_| Ok(String::from_utf8_lossy(&token_bytes(u)?).into_owned()))
+            .collect::<arbitrary::Result<_>>()?;
+        match Choice::new(vocab.clone(), &options) {
+            Ok(c) => (
+                Box::new(c),
+                Vec::new(),
+                Some(options.iter().map(|o| o.as_bytes().to_vec()).collect()),
+            ),
+            Err(e) => {
+                assert!(matches!(e, GrammarError::InvalidGrammar { .. }), "{e:?}");
+                return Ok(());
             }
+        }
+    } else {
+        let ids: Vec<TokenId> = (0..u.int_in_range(0..=4)?)
+            .map(|_| u.int_in_range(0..=80))
+            .collect::<arbitrary::Result<_>>()?;
+        let set = if u.arbitrary()? {
+            TokenSet::single(&vocab, ids.iter().copied())
         } else {
-            let ids: Vec<TokenId> = (0..u.int_in_range(0..=4)?)
-                .map(|_| u.int_in_range(0..=80))
-                .collect::<arbitrary::Result<_>>()?;
-            let set = if u.arbitrary()? {
-                TokenSet::single(&vocab, ids.iter().copied())
-            } else {
-                TokenSet::repeated(&vocab, ids.iter().copied())
-            };
-            match set {
-                Ok(s) => {
-                    for &id in &ids {
-                        assert!((id as usize) < vocab.len());
-                        assert_ne!(vocab.kind(id), Some(TokenKind::Padding));
-                        assert!(!vocab.is_eos(id));
-                    }
-                    (Box::new(s), ids, None)
-                }
-                Err(e) => {
-                    assert!(matches!(e, GrammarError::InvalidGrammar { .. }), "{e:?}");
-                    return Ok(());
-                }
-            }
+            TokenSet::repeated(&vocab, ids.iter().copied())
         };
+        match set {
+            Ok(s) => {
+                for &id in &ids {
+                    assert!((id as usize) < vocab.len());
+                    assert_ne!(vocab.kind(id), Some(TokenKind::Padding));
+                    assert!(!vocab.is_eos(id));
+                }
+                (Box::new(s), ids, None)
+            }
+            Err(e) => {
+                assert!(matches!(e, GrammarError::InvalidGrammar { .. }), "{e:?}");
+                return Ok(());
+            }
+        }
+    };
     let mut stage = GrammarMask::new(constraint, vocab.clone());
     let mut sampler = Sampler::new(
         SamplingParams::builder()
