@@ -51,6 +51,11 @@ pub struct Sampler {
 /// many; beyond, it goes through the histogram.
 const MIN_P_DIRECT: usize = 4096;
 
+/// The one-pass min-p path gives up (for the histogram) after collecting this many
+/// tokens near the running maximum: on a crowded row it would read the rest entry by
+/// entry.
+const MIN_P_NEAR: usize = 1024;
+
 /// What to do with the adjusted row.
 #[derive(Debug)]
 enum Goal<'a> {
@@ -515,6 +520,38 @@ impl Sampler {
             let total = s.weight[..n].iter().sum();
             return Ok(Some(Survivors::Prefix { n, total }));
         }
+        // Min-p alone on an untouched row: one pass finds the maximum and the tokens near
+        // it; when they are few, sort them and cut exactly.
+        if top_p >= 1.0 && min_p > 0.0 && s.overlay.patch.is_empty() {
+            // In logit units, with a margin of a sixteenth of a nat for rounding.
+            let width = (f64::from(t) * (f64::from(min_p).ln() - 1.0 / 16.0)) as f32;
+            if let Some(max) = top_k::near_max(adj, width, MIN_P_NEAR, &mut s.cand)? {
+                if max == f32::NEG_INFINITY {
+                    return Err(Error::NoCandidates);
+                }
+                // Every token above `floor` was collected (the threshold only rose
+                // towards it); tokens at `floor` exactly may be missing, so drop them.
+                let floor = max + width;
+                let margin_ok = (f64::from(floor) - f64::from(max)) / f64::from(t)
+                    < f64::from(min_p).ln() - 1.0 / 32.0;
+                s.cand.retain(|&(l, _)| l > floor);
+                s.cand.sort_unstable_by(top_k::order);
+                let m = s
+                    .cand
+                    .iter()
+                    .take_while(|&&(l, _)| scaled(l, max, t) >= f64::from(min_p).ln())
+                    .count();
+                let n = m.max(keep);
+                // (Every token above `floor` is here, in order, so these are also the
+                // `keep` best when there are that many.)
+                if margin_ok && n <= s.cand.len() {
+                    s.cand.truncate(n);
+                    fill_weights(&s.cand, max, t, &mut s.weight);
+                    let total = s.weight.iter().sum();
+                    return Ok(Some(Survivors::Prefix { n, total }));
+                }
+            }
+        }
         // No top-k: the histogram.
         let raw_max = adjust::max_checked(adj)?;
         let ov = &s.overlay;
@@ -542,9 +579,10 @@ impl Sampler {
             LAST
         };
         let need_total = top_p < 1.0 || min_p <= 0.0;
-        if !need_total {
+        if !need_total && !ov.patch.is_empty() {
             // Min-p alone needs no total: when few tokens come near the threshold (a
-            // peaked row), take them all in one pass, sort them and cut exactly.
+            // peaked row), take them all in one pass, sort them and cut exactly. (The
+            // same as above, for a row with patches.)
             let hi = (key_thr + 1).min(LAST);
             if crate::simd::collect(adj, ov, f, 0, hi, MIN_P_DIRECT, &mut s.cand) {
                 let m = s

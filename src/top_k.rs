@@ -159,6 +159,82 @@ fn insert_all<T: crate::element::Logit>(
     }
 }
 
+/// The entries within `width <= 0` of the row's running maximum, in one pass that also
+/// finds the maximum and checks the row: every finite entry `l >= max + width` ends up in
+/// `out` (unsorted, with some below it that were collected before the maximum rose).
+/// Returns the maximum (`-inf` when every entry is), or `None` once more than `cap`
+/// entries were collected.
+///
+/// # Errors
+/// [`Error::NanLogit`](crate::Error::NanLogit) /
+/// [`Error::InfiniteLogit`](crate::Error::InfiniteLogit) for the first NaN or `+inf`.
+pub(crate) fn near_max<T: crate::element::Logit>(
+    row: &[T],
+    width: f32,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> Result<Option<f32>, crate::Error> {
+    use crate::adjust::{BLOCK, LANES};
+    out.clear();
+    let mut max = f32::NEG_INFINITY;
+    let mut sum = [0.0f32; LANES];
+    let whole = row.len() / BLOCK * BLOCK;
+    let mut from = 0;
+    let mut over = false;
+    loop {
+        let threshold = max + width;
+        let Some(b) = scan(&row[from..whole], threshold, &mut sum) else {
+            break;
+        };
+        let start = from + b * BLOCK;
+        take_near(&row[start..start + BLOCK], start, width, &mut max, out);
+        from = start + BLOCK;
+        if out.len() > cap {
+            over = true;
+            break;
+        }
+    }
+    for x in &row[whole..] {
+        sum[0] += x.to_f32();
+    }
+    take_near(&row[whole..], whole, width, &mut max, out);
+    if over {
+        // The rest of the row was not read: check it before giving up.
+        for x in &row[from..whole] {
+            sum[0] += x.to_f32();
+        }
+    }
+    if sum.iter().any(|&s| crate::adjust::not_finite_above(s)) {
+        crate::adjust::first_non_finite_of(row)?;
+    }
+    Ok(if over || out.len() > cap {
+        None
+    } else {
+        Some(max)
+    })
+}
+
+/// Appends the entries of `part` (ids from `base`) within `width` of the running
+/// maximum, raising the maximum on the way.
+#[inline(never)]
+fn take_near<T: crate::element::Logit>(
+    part: &[T],
+    base: usize,
+    width: f32,
+    max: &mut f32,
+    out: &mut Vec<(f32, TokenId)>,
+) {
+    for (j, x) in part.iter().enumerate() {
+        let l = x.to_f32();
+        if l > *max {
+            *max = l;
+        }
+        if l > f32::NEG_INFINITY && l >= *max + width {
+            out.push((l, (base + j) as TokenId));
+        }
+    }
+}
+
 /// [`select_row`] under sparse patches: the `k` best of the adjusted row. The scan
 /// leaves the patched tokens out (the test costs nothing on the hot path: it is made only
 /// for an entry that beats the running threshold), then the patched values join and the
