@@ -39,6 +39,10 @@ impl Candidates {
         self.logits.extend(row);
         self.ids.clear();
         self.ids.extend(0..self.logits.len() as TokenId);
+        // Sorting goes through `pairs`; size it for the whole set once, so that no later
+        // step allocates, whatever the stages leave.
+        self.pairs.clear();
+        self.pairs.reserve(self.logits.len());
         self.temperature = 1.0;
         self.sorted = false;
         self.dense = true;

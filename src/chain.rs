@@ -160,6 +160,12 @@ impl Chain {
         self.seq.view()
     }
 
+    /// Reserves room for `additional` more history tokens, so that no later step
+    /// allocates.
+    pub fn reserve(&mut self, additional: usize) {
+        self.seq.reserve(additional);
+    }
+
     /// Forgets the history and resets every stateful stage.
     pub fn reset(&mut self) {
         self.seq.reset();

@@ -129,9 +129,15 @@ impl Dry {
     }
 
     /// Only the last `n` tokens of the history count (llama.cpp `dry_penalty_last_n`;
-    /// `0` turns DRY off).
+    /// `0` turns DRY off). The scratch buffers for a window of up to 65,536 tokens are
+    /// reserved here, so a warm stage never allocates as the history grows.
     pub fn window(mut self, n: usize) -> Self {
         self.window = Some(n);
+        let reserve = n.min(1 << 16);
+        if let Ok(s) = self.scratch.get_mut() {
+            s.z.reserve(reserve);
+            s.hits.reserve(reserve);
+        }
         self
     }
 

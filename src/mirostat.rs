@@ -113,7 +113,8 @@ impl Mirostat {
             eta,
             m,
             mu: 2.0 * f64::from(tau),
-            pairs: Vec::new(),
+            // The truncation may select up to the whole vocabulary.
+            pairs: Vec::with_capacity(n_vocab),
         })
     }
 

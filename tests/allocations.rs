@@ -3,7 +3,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use logits::{half::bf16, Sampler, SamplingParams, TokenMask};
+use logits::{
+    half::bf16, AllowedTokens, BadWords, Chain, Dry, DynamicTemperature, EpsilonCutoff, EtaCutoff,
+    LogitBias, MinNewTokens, MinP, Mirostat, MirostatV2, NoRepeatNGram, Penalties, Sampler,
+    SamplingParams, Stage, Temperature, TokenMask, TopK, TopNSigma, TopP, TypicalP, Xtc,
+};
 
 struct Counting;
 
@@ -123,4 +127,53 @@ fn warm_sampler_does_not_allocate() {
         mask.disallow(id).unwrap();
     }
     assert_eq!(allocations_while_sampling(qwen3, Some(&mask)), 0, "masked");
+
+    // Every chain stage, warm, each alone after a shared adjusting prefix.
+    let stages: Vec<Box<dyn Stage>> = vec![
+        Box::new(LogitBias::new([(3, -1.0), (9, f32::NEG_INFINITY)]).unwrap()),
+        Box::new(Penalties::new(1.1, 0.1, 0.1).unwrap().window(64)),
+        Box::new(Dry::new(0.8, 1.75, 2).unwrap().window(256)),
+        Box::new(NoRepeatNGram::new(3).unwrap()),
+        Box::new(BadWords::new([[5u32, 6], [7, 8]]).unwrap()),
+        Box::new(MinNewTokens::new(2, [11]).unwrap()),
+        Box::new(TopNSigma::new(2.0).unwrap()),
+        Box::new(TopK::new(200).unwrap()),
+        Box::new(AllowedTokens::new(0..V as u32 / 2).unwrap()),
+        Box::new(DynamicTemperature::new(0.8, 0.3, 1.0).unwrap()),
+        Box::new(TypicalP::new(0.95).unwrap()),
+        Box::new(EpsilonCutoff::new(1e-4).unwrap()),
+        Box::new(EtaCutoff::new(1e-4).unwrap()),
+        Box::new(Xtc::new(0.5, 0.1).unwrap()),
+        Box::new(TopP::new(0.95).unwrap()),
+        Box::new(MinP::new(0.01).unwrap()),
+        Box::new(Temperature::new(0.8).unwrap()),
+        Box::new(Mirostat::new(V, 5.0, 0.1, 100).unwrap()),
+        Box::new(MirostatV2::new(5.0, 0.1).unwrap()),
+    ];
+    let chains: Vec<(&str, Chain)> = stages
+        .into_iter()
+        .map(|stage| {
+            let name = stage.name();
+            let chain = Chain::builder(V)
+                .boxed_stage(stage)
+                .logprobs(5)
+                .draw()
+                .build()
+                .unwrap();
+            (name, chain)
+        })
+        .collect();
+    let r = row();
+    for (name, mut chain) in chains {
+        chain.push_prompt(&[1, 2, 3, 4, 5]).unwrap();
+        chain.reserve(100);
+        for _ in 0..3 {
+            chain.sample(&r).unwrap();
+        }
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..10 {
+            chain.sample(&r).unwrap();
+        }
+        assert_eq!(ALLOCATIONS.load(Ordering::Relaxed) - before, 0, "{name}");
+    }
 }
