@@ -482,7 +482,7 @@ impl Sampler {
         let s = &mut self.scratch;
         if p.is_greedy() {
             let id = if s.overlay.patch.is_empty() {
-                greedy::argmax_row(adj)?
+                greedy::argmax_row(adj, &s.overlay, &mut s.cand)?
             } else {
                 top_k::select_patched(adj, 1, &s.overlay, &mut s.cand)?;
                 s.cand.first().ok_or(Error::NoCandidates)?.1
