@@ -51,10 +51,10 @@ pub struct Sampler {
 /// many; beyond, it goes through the histogram.
 const MIN_P_DIRECT: usize = 4096;
 
-/// The one-pass min-p path gives up (for the histogram) after collecting this many
-/// tokens near the running maximum: on a crowded row it would read the rest entry by
-/// entry.
-const MIN_P_NEAR: usize = 1024;
+/// The one-pass min-p path gives up (for the histogram) after collecting more than this
+/// many tokens near the running maximum: on a crowded row it would read the rest entry
+/// by entry.
+const MIN_P_NEAR: usize = 4096;
 
 /// What to do with the adjusted row.
 #[derive(Debug)]
