@@ -13,10 +13,22 @@ struct Counting;
 
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
+thread_local! {
+    /// Only the test's own thread is counted: the test harness's threads may allocate
+    /// at any time (progress messages, timers).
+    static COUNTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn count() {
+    if COUNTED.try_with(|c| c.get()).unwrap_or(false) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 // The counting allocator forwards to the system allocator and only counts calls.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: forwarded unchanged; the caller upholds `GlobalAlloc::alloc`'s contract.
         unsafe { System.alloc(layout) }
     }
@@ -25,7 +37,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: forwarded unchanged; `ptr` came from this allocator with `layout`.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -83,6 +95,7 @@ fn allocations_while_sampling(params: SamplingParams, mask: Option<&TokenMask>) 
 // One test function: the counter is global, so the cases run one after another.
 #[test]
 fn warm_sampler_does_not_allocate() {
+    COUNTED.with(|c| c.set(true));
     let qwen3 = SamplingParams::builder()
         .temperature(0.6)
         .top_k(20)
