@@ -65,7 +65,9 @@ fn greedy_chain_takes_the_first_maximum() {
         .greedy()
         .build()
         .unwrap();
-    let out = c.sample(&[1.0f32, 4.0, 4.0, f32::NEG_INFINITY, 2.0]).unwrap();
+    let out = c
+        .sample(&[1.0f32, 4.0, 4.0, f32::NEG_INFINITY, 2.0])
+        .unwrap();
     assert_eq!(out.token, 1);
     assert_eq!(out.logprob, 0.0);
     let all_banned = c.sample(&[f32::NEG_INFINITY; 5]);
