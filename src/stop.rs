@@ -666,7 +666,7 @@ fn push_lossy(out: &mut String, mut bytes: &[u8]) {
             }
             Err(e) => {
                 let (valid, rest) = bytes.split_at(e.valid_up_to());
-                // SAFETY-free: `valid` was just checked by from_utf8.
+                // `valid` was just checked by `from_utf8`, so this cannot fail.
                 out.push_str(std::str::from_utf8(valid).unwrap_or_default());
                 out.push(char::REPLACEMENT_CHARACTER);
                 let skip = e.error_len().unwrap_or(rest.len());
