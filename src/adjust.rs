@@ -292,3 +292,34 @@ impl Overlay {
         }
     }
 }
+
+/// Checks a row's and a mask's sizes against the vocabulary; returns the row cut to the
+/// vocabulary (the entries past it are padding and never read).
+///
+/// # Errors
+/// [`Error::EmptyVocabulary`] for an empty row, [`Error::VocabLargerThanRow`] for a row
+/// shorter than the vocabulary, [`Error::LengthMismatch`] for a mask of another size.
+pub(crate) fn check_input<'r, T>(
+    vocab_size: usize,
+    row: &'r [T],
+    mask: Option<&crate::TokenMask>,
+) -> Result<&'r [T], Error> {
+    if row.is_empty() {
+        return Err(Error::EmptyVocabulary);
+    }
+    if vocab_size > row.len() {
+        return Err(Error::VocabLargerThanRow {
+            vocab_size,
+            row_len: row.len(),
+        });
+    }
+    if let Some(mask) = mask {
+        if mask.len() != vocab_size {
+            return Err(Error::LengthMismatch {
+                expected: vocab_size,
+                actual: mask.len(),
+            });
+        }
+    }
+    Ok(&row[..vocab_size])
+}

@@ -198,25 +198,7 @@ impl Chain {
         row: &[T],
         mask: Option<&TokenMask>,
     ) -> Result<Sample, Error> {
-        let n = self.vocab_size;
-        if row.is_empty() {
-            return Err(Error::EmptyVocabulary);
-        }
-        if n > row.len() {
-            return Err(Error::VocabLargerThanRow {
-                vocab_size: n,
-                row_len: row.len(),
-            });
-        }
-        if let Some(mask) = mask {
-            if mask.len() != n {
-                return Err(Error::LengthMismatch {
-                    expected: n,
-                    actual: mask.len(),
-                });
-            }
-        }
-        let row = &row[..n];
+        let row = adjust::check_input(self.vocab_size, row, mask)?;
         self.cands.reset_from(row.iter().map(|x| x.to_f32()));
         let raw_max = adjust::recheck(self.cands.logits())?;
         if let Some(mask) = mask {

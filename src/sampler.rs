@@ -280,33 +280,6 @@ impl Sampler {
         self.run(logits, mask, Goal::Distribution(out)).map(|_| ())
     }
 
-    /// Checks the row's and the mask's sizes; returns the row cut to the vocabulary.
-    fn check_input<'r, T: Logit>(
-        &self,
-        row: &'r [T],
-        mask: Option<&TokenMask>,
-    ) -> Result<&'r [T], Error> {
-        let n = self.vocab_size;
-        if row.is_empty() {
-            return Err(Error::EmptyVocabulary);
-        }
-        if n > row.len() {
-            return Err(Error::VocabLargerThanRow {
-                vocab_size: n,
-                row_len: row.len(),
-            });
-        }
-        if let Some(mask) = mask {
-            if mask.len() != n {
-                return Err(Error::LengthMismatch {
-                    expected: n,
-                    actual: mask.len(),
-                });
-            }
-        }
-        Ok(&row[..n])
-    }
-
     fn sample_impl<T: Logit>(
         &mut self,
         row: &[T],
@@ -329,7 +302,7 @@ impl Sampler {
         mask: Option<&TokenMask>,
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
-        let row = self.check_input(row, mask)?;
+        let row = adjust::check_input(self.vocab_size, row, mask)?;
         if mask.is_some() || !self.processors.is_empty() {
             let mut dense = std::mem::take(&mut self.scratch.logits);
             self.scratch.overlay.clear();
