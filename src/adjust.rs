@@ -256,22 +256,10 @@ impl Overlay {
         if window.is_empty() || !params.has_penalties() {
             return;
         }
-        for &id in window {
-            counts[id as usize] += 1;
-        }
-        let r = params.repetition_penalty();
-        let (freq, presence) = (params.frequency_penalty(), params.presence_penalty());
-        for &id in window {
-            let c = std::mem::take(&mut counts[id as usize]);
-            if c == 0 {
-                continue;
-            }
+        crate::penalty::for_each_count(window, counts, |id, c| {
             let x = self.entry(row, id);
-            if r != 1.0 {
-                *x = if *x > 0.0 { *x / r } else { *x * r };
-            }
-            *x -= c as f32 * freq + presence;
-        }
+            *x = crate::penalty::penalize(*x, c, params);
+        });
     }
 
     /// The first (lowest id) patch that is NaN or `+inf`, as the error the dense check

@@ -3,34 +3,52 @@
 use crate::params::SamplingParams;
 use crate::TokenId;
 
-/// Penalises every token that occurs in `window`.
-///
-/// For a token seen `c > 0` times: the repetition penalty `r` divides a positive logit
-/// and multiplies a non-positive one (HF semantics, applied once per distinct token),
-/// then `c * frequency + presence` is subtracted (OpenAI semantics). `counts` must be
-/// all zero on entry and is all zero on return; it costs `O(window)`, not `O(vocab)`.
+/// Calls `f(id, c)` once for every distinct token of `window`, with `c` its count there.
+/// `counts` must be all zero on entry and is all zero on return; it costs `O(window)`,
+/// not `O(vocab)`.
+pub(crate) fn for_each_count(
+    window: &[TokenId],
+    counts: &mut [u32],
+    mut f: impl FnMut(TokenId, u32),
+) {
+    for &id in window {
+        counts[id as usize] += 1;
+    }
+    for &id in window {
+        let c = std::mem::take(&mut counts[id as usize]);
+        if c > 0 {
+            f(id, c);
+        }
+    }
+}
+
+/// The penalised logit of a token seen `c > 0` times: the repetition penalty `r` divides
+/// a positive logit and multiplies a non-positive one (HF semantics, once per distinct
+/// token), then `c * frequency + presence` is subtracted (OpenAI semantics).
+#[inline]
+pub(crate) fn penalize(x: f32, c: u32, params: &SamplingParams) -> f32 {
+    let r = params.repetition_penalty();
+    let x = if r == 1.0 {
+        x
+    } else if x > 0.0 {
+        x / r
+    } else {
+        x * r
+    };
+    x - (c as f32 * params.frequency_penalty() + params.presence_penalty())
+}
+
+/// Penalises, in a dense row, every token that occurs in `window` (see [`penalize`]).
 pub(crate) fn apply(
     logits: &mut [f32],
     window: &[TokenId],
     params: &SamplingParams,
     counts: &mut [u32],
 ) {
-    for &id in window {
-        counts[id as usize] += 1;
-    }
-    let r = params.repetition_penalty();
-    let (freq, presence) = (params.frequency_penalty(), params.presence_penalty());
-    for &id in window {
-        let c = std::mem::take(&mut counts[id as usize]);
-        if c == 0 {
-            continue;
-        }
+    for_each_count(window, counts, |id, c| {
         let x = &mut logits[id as usize];
-        if r != 1.0 {
-            *x = if *x > 0.0 { *x / r } else { *x * r };
-        }
-        *x -= c as f32 * freq + presence;
-    }
+        *x = penalize(*x, c, params);
+    });
 }
 
 /// The penalty stage of a [`Chain`](crate::Chain): repetition, frequency and presence
@@ -114,26 +132,12 @@ impl crate::chain::Stage for Penalties {
         if self.counts.len() < max_id {
             self.counts.resize(max_id, 0);
         }
-        for &id in window {
-            self.counts[id as usize] += 1;
-        }
-        let r = self.params.repetition_penalty();
-        let (f, p) = (
-            self.params.frequency_penalty(),
-            self.params.presence_penalty(),
-        );
-        for &id in window {
-            let n = std::mem::take(&mut self.counts[id as usize]);
-            if n == 0 {
-                continue;
-            }
+        let params = &self.params;
+        for_each_count(window, &mut self.counts, |id, n| {
             if let Some(x) = c.logit_of_mut(id) {
-                if r != 1.0 {
-                    *x = if *x > 0.0 { *x / r } else { *x * r };
-                }
-                *x -= n as f32 * f + p;
+                *x = penalize(*x, n, params);
             }
-        }
+        });
         Ok(())
     }
 }
