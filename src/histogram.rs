@@ -172,20 +172,8 @@ fn build_with<T: Logit>(
     let blocks = row.chunks_exact(BLOCK);
     let rem_start = row.len() - blocks.remainder().len();
     for block in blocks {
-        if limit < LAST {
-            let mut m = [f32::NEG_INFINITY; LANES];
-            for c in block.chunks_exact(LANES) {
-                let v = load(c);
-                for j in 0..LANES {
-                    m[j] = if v[j] > m[j] { v[j] } else { m[j] };
-                }
-            }
-            // Skip when the block's largest entry is beyond the limit. (An entry above
-            // the maximum is a patched token's raw value: no skip.)
-            let top = crate::adjust::lanes_max(&m);
-            if top <= f.max && key(top, f) > lim {
-                continue;
-            }
+        if limit < LAST && block_beyond(block, f, lim) {
+            continue;
         }
         for c in block.chunks_exact(LANES) {
             let v = load(c);
@@ -237,6 +225,22 @@ fn build_with<T: Logit>(
     }
 }
 
+/// True when every entry of `block` lies in a bucket beyond `lim`, so a pass over buckets
+/// up to `lim` can skip it after one comparison per entry. (An entry above the maximum
+/// is a patched token's raw value: never skipped.)
+#[inline(always)]
+fn block_beyond<T: Logit>(block: &[T], f: Frame, lim: u32) -> bool {
+    let mut m = [f32::NEG_INFINITY; LANES];
+    for c in block.chunks_exact(LANES) {
+        let v = load(c);
+        for j in 0..LANES {
+            m[j] = if v[j] > m[j] { v[j] } else { m[j] };
+        }
+    }
+    let top = crate::adjust::lanes_max(&m);
+    top <= f.max && key(top, f) > lim
+}
+
 /// Writes the tokens of buckets `lo..=hi` of the adjusted row into `out`, sorted by
 /// [`order`]. Blocks whose largest entry is beyond `hi` are skipped after one
 /// comparison per entry. Gives up, returning false, once more than about `cap` tokens
@@ -256,17 +260,7 @@ pub(crate) fn collect<T: Logit>(
     let blocks = row.chunks_exact(BLOCK);
     let rem_start = row.len() - blocks.remainder().len();
     for (b, block) in blocks.enumerate() {
-        let mut m = [f32::NEG_INFINITY; LANES];
-        for c in block.chunks_exact(LANES) {
-            let v = load(c);
-            for j in 0..LANES {
-                m[j] = if v[j] > m[j] { v[j] } else { m[j] };
-            }
-        }
-        // Skip when the block's largest entry is beyond `hi`. (An entry above the
-        // maximum is a patched token's raw value: no skip.)
-        let top = crate::adjust::lanes_max(&m);
-        if top <= f.max && key(top, f) > hi {
+        if block_beyond(block, f, hi) {
             continue;
         }
         for (ci, c) in block.chunks_exact(LANES).enumerate() {
