@@ -131,6 +131,7 @@ mod histogram;
 mod history;
 mod logprobs;
 mod mask;
+mod mass;
 mod min_new_tokens;
 mod min_p;
 mod mirostat;

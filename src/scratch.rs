@@ -25,6 +25,8 @@ pub(crate) struct Scratch {
     /// Histogram: count and mass per bucket.
     pub(crate) hist_count: Vec<u32>,
     pub(crate) hist_mass: Vec<f64>,
+    /// Packed candidate keys for the buffered top-k selection.
+    pub(crate) keys: Vec<u64>,
 }
 
 impl Scratch {
@@ -40,6 +42,7 @@ impl Scratch {
             weight: Vec::with_capacity(vocab_size),
             hist_count: vec![0; crate::histogram::SLOTS],
             hist_mass: vec![0.0; crate::histogram::SLOTS],
+            keys: Vec::new(),
         }
     }
 }

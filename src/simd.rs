@@ -20,6 +20,7 @@
 use crate::adjust::Overlay;
 use crate::element::Logit;
 use crate::histogram::{self, Frame};
+use crate::mass;
 use crate::TokenId;
 
 /// [`histogram::build`], on AVX2 when the CPU has it.
@@ -89,6 +90,24 @@ fn collect_avx2<T: Logit>(
     out: &mut Vec<(f32, TokenId)>,
 ) -> bool {
     histogram::collect(row, overlay, f, lo, hi, cap, out)
+}
+
+/// [`mass::fast`], on AVX2 when the CPU has it.
+pub(crate) fn row_mass<T: Logit>(row: &[T], max: f32, t: f32) -> (f64, f64) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: as in `build`: the CPU supports the AVX2 instructions `row_mass_avx2`
+        // is compiled with.
+        return unsafe { row_mass_avx2(row, max, t) };
+    }
+    mass::fast(row, max, t)
+}
+
+/// [`mass::fast`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn row_mass_avx2<T: Logit>(row: &[T], max: f32, t: f32) -> (f64, f64) {
+    mass::fast(row, max, t)
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]

@@ -102,6 +102,150 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     Ok(())
 }
 
+/// The `k` best finite entries of a row of any element type, sorted by [`order`], for a
+/// `k` too large for the sorted buffer of [`select_row`] (hundreds to thousands), checking
+/// the row on the way. `keys` is scratch.
+///
+/// One pass with a running threshold, as in [`select_row`], but the entries that beat it
+/// are appended unsorted, as [`pack`]ed keys; whenever `BUFFERED * k` are held,
+/// `select_nth_unstable` keeps the best `k` and raises the threshold to the k-th of them.
+/// Each entry is thus moved a constant number of times, against `O(k)` for an insertion
+/// into a sorted buffer.
+///
+/// # Errors
+/// As [`select_row`].
+pub(crate) fn select_buffered<T: crate::element::Logit>(
+    row: &[T],
+    k: usize,
+    keys: &mut Vec<u64>,
+    out: &mut Vec<(f32, TokenId)>,
+) -> Result<(), crate::Error> {
+    use crate::adjust::BLOCK;
+    out.clear();
+    keys.clear();
+    if k == 0 {
+        return crate::adjust::max_checked(row).map(|_| ());
+    }
+    // A starting threshold from one entry per block: the `2k / BLOCK`-th largest of them
+    // has about `2k` entries above it, so the pass collects few entries beyond the `k`
+    // it needs. Should fewer than `k` lie above it, the pass runs again from `-inf`.
+    let seeds = 2 * k / BLOCK;
+    let mut start_at = f32::NEG_INFINITY;
+    if seeds > 0 && row.len() / BLOCK > 4 * seeds {
+        keys.extend(
+            row.iter()
+                .step_by(BLOCK)
+                .map(|x| x.to_f32())
+                .filter(|l| *l > f32::NEG_INFINITY && !l.is_nan())
+                .enumerate()
+                .map(|(i, l)| pack(l, i as TokenId)),
+        );
+        if keys.len() > seeds {
+            keys.select_nth_unstable_by(seeds - 1, |a, b| b.cmp(a));
+            start_at = unpack(keys[seeds - 1]).0;
+        }
+        keys.clear();
+    }
+    let found = collect_above(row, k, start_at, keys)?;
+    if found < k && start_at > f32::NEG_INFINITY {
+        keys.clear();
+        collect_above(row, k, f32::NEG_INFINITY, keys)?;
+    }
+    if keys.len() > k {
+        keep_best(keys, k);
+    }
+    // Descending keys are the candidates in [`order`].
+    keys.sort_unstable_by(|a, b| b.cmp(a));
+    out.extend(keys.iter().map(|&key| unpack(key)));
+    Ok(())
+}
+
+/// The pass of [`select_buffered`] from `threshold` on: every entry above the running
+/// threshold joins `keys`, cut back to the best `k` whenever `BUFFERED * k` are held.
+/// Returns how many entries beat `threshold`'s starting value (at least `k` means
+/// `keys` holds the row's best `k`), and checks the row.
+fn collect_above<T: crate::element::Logit>(
+    row: &[T],
+    k: usize,
+    mut threshold: f32,
+    keys: &mut Vec<u64>,
+) -> Result<usize, crate::Error> {
+    use crate::adjust::{load, BLOCK, LANES};
+    let mut sum = [0.0f32; LANES];
+    let mut found = 0;
+    let whole = row.len() / BLOCK * BLOCK;
+    let mut from = 0;
+    while let Some(b) = scan(&row[from..whole], threshold, &mut sum) {
+        let start = from + b * BLOCK;
+        for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
+            let v = load(chunk);
+            if v.iter().any(|&x| x > threshold) {
+                let base = start + c * LANES;
+                for (j, &l) in v.iter().enumerate() {
+                    if l > threshold {
+                        keys.push(pack(l, (base + j) as TokenId));
+                        found += 1;
+                    }
+                }
+            }
+        }
+        if keys.len() >= BUFFERED * k {
+            threshold = keep_best(keys, k);
+        }
+        from = start + BLOCK;
+    }
+    for (j, x) in row[whole..].iter().enumerate() {
+        let l = x.to_f32();
+        sum[0] += l;
+        if l > threshold {
+            keys.push(pack(l, (whole + j) as TokenId));
+            found += 1;
+        }
+    }
+    if sum.iter().any(|s| crate::adjust::not_finite_above(*s)) {
+        crate::adjust::first_non_finite_of(row)?;
+    }
+    Ok(found)
+}
+
+/// How many times `k` entries [`select_buffered`] holds before it cuts back to `k`.
+const BUFFERED: usize = 4;
+
+/// A candidate as one integer that sorts like [`order`] reversed: the logit's bits made
+/// monotone (after `+ 0.0`, so that `-0.0` ties with `0.0`) above the complement of the
+/// id, so a larger key is a larger logit or, on a tie, a lower id. Not for NaN.
+#[inline(always)]
+fn pack(l: f32, id: TokenId) -> u64 {
+    let bits = (l + 0.0).to_bits();
+    let mono = if bits >> 31 == 1 {
+        !bits
+    } else {
+        bits | 1 << 31
+    };
+    u64::from(mono) << 32 | u64::from(!id)
+}
+
+/// The candidate [`pack`] encoded.
+#[inline(always)]
+fn unpack(key: u64) -> (f32, TokenId) {
+    let mono = (key >> 32) as u32;
+    let bits = if mono >> 31 == 1 {
+        mono & !(1 << 31)
+    } else {
+        !mono
+    };
+    (f32::from_bits(bits), !(key as u32))
+}
+
+/// Cuts the unsorted `keys` (more than `k`) to their `k` largest and returns the logit
+/// of the k-th: a later entry must beat it strictly, since it has a higher id and loses
+/// a tie.
+fn keep_best(keys: &mut Vec<u64>, k: usize) -> f32 {
+    keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+    keys.truncate(k);
+    unpack(keys[k - 1]).0
+}
+
 /// The index of the first block of `part` (whole blocks) holding an entry above
 /// `threshold`, adding every entry read into the lane sums `sum`. The hot loop of
 /// [`select_row`]: it keeps nothing but lane maxima and sums in registers.
@@ -322,5 +466,89 @@ impl crate::chain::Stage for TopK {
         c.sort();
         c.truncate(self.k.max(self.min_keep));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_keys_sort_like_the_candidate_order() {
+        let vals = [
+            f32::MAX,
+            3.5,
+            1.0,
+            f32::MIN_POSITIVE,
+            1e-45,
+            0.0,
+            -0.0,
+            -1e-45,
+            -2.0,
+            f32::MIN,
+        ];
+        let mut cands: Vec<(f32, TokenId)> = Vec::new();
+        for (i, &v) in vals.iter().enumerate() {
+            for id in [0, 7, u32::MAX - 1] {
+                cands.push((v, id ^ i as u32));
+            }
+        }
+        for a in &cands {
+            assert_eq!(unpack(pack(a.0, a.1)).1, a.1);
+            assert_eq!(unpack(pack(a.0, a.1)).0, a.0 + 0.0);
+            for b in &cands {
+                let by_key = pack(b.0, b.1).cmp(&pack(a.0, a.1));
+                assert_eq!(by_key, order(a, b), "{a:?} {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn buffered_selection_equals_a_full_sort() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for (n, k, levels) in [
+            (10_000usize, 1024usize, 1 << 20),
+            (5_000, 37, 50),
+            (70, 1024, 9),
+        ] {
+            let row: Vec<f32> = (0..n)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if i % 13 == 0 {
+                        f32::NEG_INFINITY
+                    } else {
+                        (x % levels) as f32 - (levels / 2) as f32
+                    }
+                })
+                .collect();
+            let mut all: Vec<(f32, TokenId)> = row
+                .iter()
+                .enumerate()
+                .filter(|(_, &l)| l > f32::NEG_INFINITY)
+                .map(|(i, &l)| (l, i as TokenId))
+                .collect();
+            all.sort_by(order);
+            all.truncate(k);
+            let (mut keys, mut out) = (Vec::new(), Vec::new());
+            select_buffered(&row, k, &mut keys, &mut out).unwrap();
+            assert_eq!(out, all, "n {n} k {k}");
+        }
+        // The entries the starting threshold is taken from are the row's largest: fewer
+        // than `k` lie above it, and the pass runs again.
+        let row: Vec<f32> = (0..12_800)
+            .map(|i| if i % 64 == 0 { 100.0 } else { (i % 7) as f32 })
+            .collect();
+        let (mut keys, mut out) = (Vec::new(), Vec::new());
+        select_buffered(&row, 1024, &mut keys, &mut out).unwrap();
+        let mut all: Vec<(f32, TokenId)> = row
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (l, i as TokenId))
+            .collect();
+        all.sort_by(order);
+        all.truncate(1024);
+        assert_eq!(out, all);
     }
 }

@@ -1,0 +1,154 @@
+//! The total probability mass of a row, `Z = sum exp((l - max) / T)`, in one vectorised
+//! pass, with a bound on its error.
+//!
+//! Top-p compares a cumulative mass with `p * Z`, so it needs `Z` over the whole
+//! vocabulary, while the tokens it keeps are usually a few hundred. [`fast`] computes `Z`
+//! with the `f32` [`exp_neg_f32`] on an `f32` argument, every lane independent, so the
+//! loop compiles to full-width SIMD; [`precise`] computes it with the `f64`
+//! [`exp_neg`] for the rare step where a decision falls within the fast bound.
+//!
+//! # Error bound of [`fast`]
+//! For each finite entry the exact weight is `e^x` with `x = (l - max) / T <= 0`:
+//! - the argument is `fl(fl(l - max) * fl(1 / T))`: at most three roundings (one when
+//!   `T = 1`), so within `3.01 * 2^-24 * |x|` of `x`, which moves `e^x` by at most that
+//!   relative amount;
+//! - [`exp_neg_f32`] adds a relative error of at most [`F32_REL_ERROR`];
+//! - below `-87` the weight is `e^-87` instead of something smaller: an absolute error
+//!   of at most [`F32_ABS_ERROR`] per entry (`-inf` entries included);
+//! - each lane sums four weights in `f32` (at most `3 * 2^-24` of their sum) before
+//!   adding them to `f64` sums, which add below `1e-11` of `Z`.
+//!
+//! The pass also sums `w * |x|` (in `f32`, with a margin of 1% for its own rounding), so
+//! the bound is a-posteriori and tight: tokens near the maximum, which carry the mass,
+//! have small `|x|`.
+
+use crate::adjust::{load, BLOCK, LANES};
+use crate::element::Logit;
+use crate::exp::{exp_neg, exp_neg_f32, F32_ABS_ERROR, F32_REL_ERROR};
+
+/// `2^-24`, the unit roundoff of `f32`.
+const U32: f64 = 5.960_464_477_539_063e-8;
+
+/// `Z` of `row` relative to `max` (the row's maximum, finite) at temperature `t`, with
+/// `f32` weights, and a bound on `|Z - exact|` (see the module documentation).
+///
+/// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
+/// [`simd::row_mass`](crate::simd::row_mass) can compile it for AVX2.
+#[inline(always)]
+pub(crate) fn fast<T: Logit>(row: &[T], max: f32, t: f32) -> (f64, f64) {
+    let inv_t = 1.0 / t;
+    if inv_t.is_infinite() {
+        // A subnormal T: `1 / T` overflows `f32`, and the bound above needs it rounded.
+        return (precise(row, max, t), 0.0);
+    }
+    // The rounding steps in the argument: the subtraction, and the product unless
+    // `1 / T` is 1; `1 / T` itself unless it is exact in `f32`.
+    let steps = 1.0
+        + f64::from(u8::from(inv_t != 1.0))
+        + f64::from(u8::from(f64::from(inv_t) != 1.0 / f64::from(t)));
+    let mut z = [0.0f64; LANES];
+    let mut dev = [0.0f32; LANES];
+    let weight = |v: f32, z: &mut f32, dev: &mut f32| {
+        let x = (v - max) * inv_t;
+        let x = if x > -87.0 { x } else { -87.0 };
+        let w = exp_neg_f32(x);
+        *z += w;
+        *dev += w * -x;
+    };
+    let blocks = row.chunks_exact(BLOCK);
+    let rem = blocks.remainder();
+    for block in blocks {
+        // Four weights per lane are summed in `f32`, then the lanes join the `f64` sums.
+        let mut zb = [0.0f32; LANES];
+        for c in block.chunks_exact(LANES) {
+            let v = load(c);
+            for j in 0..LANES {
+                weight(v[j], &mut zb[j], &mut dev[j]);
+            }
+        }
+        for j in 0..LANES {
+            z[j] += f64::from(zb[j]);
+        }
+    }
+    for (j, c) in rem.iter().enumerate() {
+        let mut zj = 0.0;
+        weight(c.to_f32(), &mut zj, &mut dev[j % LANES]);
+        z[j % LANES] += f64::from(zj);
+    }
+    let z: f64 = z.iter().sum();
+    let dev: f64 = dev.iter().map(|&d| f64::from(d)).sum();
+    // Per weight: the exp, the sums of four in `f32` (`3 * 2^-24` at most), the `f64`
+    // sums; the argument's roundings through `dev`; the clamped tail.
+    let err = z * (F32_REL_ERROR + 3.01 * U32 + 1e-11)
+        + 1.01 * (steps + 0.01) * U32 * dev
+        + row.len() as f64 * F32_ABS_ERROR;
+    (z, err)
+}
+
+/// `Z` of `row` relative to `max` at temperature `t` with the `f64` [`exp_neg`]
+/// (relative error below `4e-15`).
+pub(crate) fn precise<T: Logit>(row: &[T], max: f32, t: f32) -> f64 {
+    let inv_t = 1.0 / f64::from(t);
+    let max = f64::from(max);
+    let mut z = [0.0f64; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        let v = load(c);
+        for j in 0..LANES {
+            z[j] += exp_neg((f64::from(v[j]) - max) * inv_t);
+        }
+    }
+    for (j, c) in rem.iter().enumerate() {
+        z[j] += exp_neg((f64::from(c.to_f32()) - max) * inv_t);
+    }
+    z.iter().sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exact(row: &[f32], max: f32, t: f32) -> f64 {
+        row.iter()
+            .map(|&l| ((f64::from(l) - f64::from(max)) / f64::from(t)).exp())
+            .sum()
+    }
+
+    #[test]
+    fn the_fast_mass_is_within_its_bound_and_the_bound_is_tight() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (n, scale, t) in [
+            (151_936usize, 2.0f32, 1.0f32),
+            (151_936, 0.5, 0.6),
+            (4_099, 30.0, 1.7),
+            (17, 3.0, 1e-3),
+            (1_000, 1.0, 1e-40),
+            (64, 1e30, 2.0),
+        ] {
+            let mut row: Vec<f32> = (0..n)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if i % 101 == 7 {
+                        f32::NEG_INFINITY
+                    } else {
+                        ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+                    }
+                })
+                .collect();
+            row[n / 3] = 8.0 * scale.min(1e3);
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let truth = exact(&row, max, t);
+            let (z, err) = fast(&row, max, t);
+            assert!(
+                (z - truth).abs() <= err,
+                "n {n} t {t}: |{z} - {truth}| > {err}"
+            );
+            assert!(err <= 1e-5 * truth, "bound {err} too loose for {truth}");
+            let p = precise(&row, max, t);
+            assert!((p - truth).abs() <= 1e-13 * truth, "{p} vs {truth}");
+        }
+    }
+}
