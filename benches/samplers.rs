@@ -57,7 +57,7 @@ fn history() -> Vec<TokenId> {
     let phrase: Vec<TokenId> = (0..12).map(|_| (g.next() % 5000) as TokenId).collect();
     let mut h = Vec::with_capacity(1024);
     while h.len() < 1024 {
-        if g.next() % 8 == 0 {
+        if g.next().is_multiple_of(8) {
             h.extend_from_slice(&phrase);
         } else {
             h.push((g.next() % 5000) as TokenId);

@@ -148,7 +148,7 @@ fn sampling(c: &mut Criterion) {
             bench_sampler(&mut g, "qwen3_chain_bf16", n, params(qwen3()), &[], &row16);
             let mut mask = TokenMask::new_empty(n);
             for id in 0..n as u32 {
-                if r.next() % 2 == 0 {
+                if r.next().is_multiple_of(2) {
                     mask.allow(id).unwrap();
                 }
             }

@@ -50,9 +50,12 @@ pub struct Sampler {
 /// Min-p alone sorts the tokens near its threshold directly when there are at most this
 /// many; beyond, it goes through the histogram.
 const MIN_P_DIRECT: usize = 4096;
-/// Candidates the top-p path without top-k selects before it falls back to the
-/// histogram: enough for the nucleus of a peaked row (hundreds of tokens).
+/// Candidates the top-p path without top-k selects first: enough for the nucleus of a
+/// peaked row (hundreds of tokens).
 const NUCLEUS: usize = 1024;
+/// The most candidates that path selects before it leaves a large nucleus to the
+/// histogram.
+const NUCLEUS_MAX: usize = 4096;
 
 /// The one-pass min-p path gives up (for the histogram) after collecting more than this
 /// many tokens near the running maximum: on a crowded row it would read the rest entry
@@ -530,49 +533,74 @@ impl Sampler {
         }
         // Top-p without top-k on an untouched row: the best `NUCLEUS` tokens, the total
         // mass from one vectorised pass, and an exact cut among those tokens when the
-        // nucleus lies within them.
-        if top_p < 1.0 && s.overlay.patch.is_empty() && keep <= NUCLEUS {
-            top_k::select_buffered(adj, NUCLEUS, &mut s.keys, &mut s.cand)?;
-            let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
-            let (z, err) = if precise {
-                (crate::mass::precise(adj, max, t), 0.0)
-            } else {
-                crate::simd::row_mass(adj, max, t)
-            };
-            fill_weights(&s.cand, max, t, &mut s.weight);
-            let target = f64::from(top_p) * z;
-            let margin = f64::from(top_p) * err;
-            let mut c = 0.0;
-            let mut n_p = None;
-            for (i, &w) in s.weight.iter().enumerate() {
-                let prev = c;
-                c += w;
-                if c >= target {
-                    // The decision stands only if the error of `z` cannot move the
-                    // target across either neighbouring cumulative sum.
-                    if !precise && (target - prev <= margin || c - target <= margin) {
-                        return Ok(None);
+        // nucleus lies within them; if it does not, more tokens while their number
+        // stays below `NUCLEUS_MAX`.
+        if top_p < 1.0 && s.overlay.patch.is_empty() && keep <= NUCLEUS_MAX {
+            let mut cap = keep.max(NUCLEUS);
+            let mut frame = None;
+            s.weight.clear();
+            loop {
+                top_k::select_buffered(adj, cap, &mut s.keys, &mut s.cand)?;
+                let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
+                let (z, err) = *frame.get_or_insert_with(|| {
+                    if precise {
+                        (crate::mass::precise(adj, max, t), 0.0)
+                    } else {
+                        crate::simd::row_mass(adj, max, t)
                     }
-                    n_p = Some(i + 1);
+                });
+                // The best `cap` begin with the best of the previous attempt, in the same
+                // order: only the new ones need a weight.
+                let done = s.weight.len();
+                s.weight
+                    .extend(s.cand[done..].iter().map(|&(l, _)| scaled(l, max, t).exp()));
+                let target = f64::from(top_p) * z;
+                let margin = f64::from(top_p) * err;
+                let mut c = 0.0;
+                let mut n_p = None;
+                for (i, &w) in s.weight.iter().enumerate() {
+                    let prev = c;
+                    c += w;
+                    if c >= target {
+                        // The decision stands only if the error of `z` cannot move the
+                        // target across either neighbouring cumulative sum.
+                        if !precise && (target - prev <= margin || c - target <= margin) {
+                            return Ok(None);
+                        }
+                        n_p = Some(i + 1);
+                        break;
+                    }
+                }
+                if let Some(n_p) = n_p {
+                    let mut n = n_p.max(keep).min(s.cand.len());
+                    if min_p > 0.0 {
+                        let ln_min_p = f64::from(min_p).ln();
+                        let m = s.cand[..n]
+                            .iter()
+                            .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
+                            .count();
+                        n = n.min(m.max(keep)).min(s.cand.len());
+                    }
+                    s.cand.truncate(n);
+                    s.weight.truncate(n);
+                    let total = s.weight.iter().sum();
+                    return Ok(Some(Survivors::Prefix { n, total }));
+                }
+                // Every remaining token weighs at most the last one taken, so at least
+                // `(target - c) / last` more are needed.
+                let last = s.weight.last().copied().unwrap_or(0.0);
+                // (A lower bound: half as many again are taken.)
+                let need = s.cand.len() as f64 + ((target - c) / last).ceil();
+                let next = 1.5 * need;
+                if s.cand.len() < cap || next.is_nan() || next > NUCLEUS_MAX as f64 {
+                    // Every finite token taken yet short of the target (a rounding case
+                    // for the histogram to settle), or a large nucleus (a flat row).
                     break;
                 }
+                cap = (next as usize)
+                    .next_power_of_two()
+                    .clamp(2 * cap, NUCLEUS_MAX);
             }
-            if let Some(n_p) = n_p {
-                let mut n = n_p.max(keep).min(s.cand.len());
-                if min_p > 0.0 {
-                    let ln_min_p = f64::from(min_p).ln();
-                    let m = s.cand[..n]
-                        .iter()
-                        .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
-                        .count();
-                    n = n.min(m.max(keep)).min(s.cand.len());
-                }
-                s.cand.truncate(n);
-                s.weight.truncate(n);
-                let total = s.weight.iter().sum();
-                return Ok(Some(Survivors::Prefix { n, total }));
-            }
-            // A nucleus of more than `NUCLEUS` tokens (a flat row): the histogram.
         }
         // No top-k: the histogram.
         let raw_max = adjust::max_checked(adj)?;

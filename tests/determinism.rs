@@ -40,7 +40,7 @@ fn row(len: usize, stream: u64, step: usize, prev: TokenId) -> Vec<f32> {
             if h >> 60 == 0 {
                 k += 100; // about 1 token in 16 is plausible
             }
-            if (h >> 32) % 4096 == 0 {
+            if (h >> 32).is_multiple_of(4096) {
                 k += 150; // a handful are strong
             }
             k.clamp(-255, 255) as f32 / 16.0

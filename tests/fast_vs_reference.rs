@@ -52,7 +52,7 @@ fn make_row(shape: u8, n: usize, seed: u64) -> Vec<f32> {
         2 => (0..n).map(|_| (r.next() % 9) as f32 * 0.5).collect(),
         3 => (0..n)
             .map(|_| {
-                if r.next() % 3 == 0 {
+                if r.next().is_multiple_of(3) {
                     f32::NEG_INFINITY
                 } else {
                     (3.0 * r.normal()) as f32
@@ -164,7 +164,7 @@ fn case() -> impl Strategy<Value = Case> {
                 let mut r = Mix(s);
                 let mut m = TokenMask::new_empty(n);
                 for id in 0..n as TokenId {
-                    if r.next() % 4 != 0 {
+                    if !r.next().is_multiple_of(4) {
                         m.allow(id).unwrap();
                     }
                 }
