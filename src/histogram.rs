@@ -46,6 +46,10 @@ pub(crate) struct Frame {
     inv_t32: f32,
     /// `1 / T` in `f64`, for the precise weights.
     inv_t: f64,
+    /// Roundings in the fast weights' argument once the subtraction's error is added
+    /// back: the product unless `1 / T` is 1, and `1 / T` itself unless it is exact in
+    /// `f32`.
+    steps: f64,
 }
 
 impl Frame {
@@ -57,6 +61,17 @@ impl Frame {
             // smaller logit to the last bucket, where its true weight belongs.
             inv_t32: (1.0 / t).min(f32::MAX),
             inv_t: 1.0 / f64::from(t),
+            // (With `1 / T` saturated the fast weights are off by far more than any
+            // rounding: a bound this large sends every decision to the precise weights.)
+            steps: if (1.0 / t).is_infinite() {
+                1e30
+            } else if t == 1.0 {
+                0.0
+            } else if f64::from(1.0 / t) == 1.0 / f64::from(t) {
+                1.01
+            } else {
+                2.01
+            },
         }
     }
 
@@ -105,17 +120,22 @@ pub(crate) fn bucket_of(s: f64) -> usize {
     bucket_of_s32(s as f32) as usize
 }
 
-/// Bound on the error of `mass[b]` as filled by a fast (`f32`) [`build`]. Per weight
-/// `e^hi (1 + lo)`: the relative error of [`exp_neg_f32`] ([`F32_REL_ERROR`]), the
-/// rounding of `e + e * lo` (`2^-24 < 6e-8`), the dropped `lo^2 / 2` (`|lo| <= 2^-24 |s|`,
-/// below `2e-11` for `|s| <= 87`) and the `f64` rounding of the argument and of the sums
-/// (below `1e-12`): `2e-7` in all, plus the absolute error below `-87`. The last bucket's
-/// weights are below `e^-64` each.
-pub(crate) fn error_bound(b: usize, count: u32, mass: f64) -> f64 {
+/// Bound on the error of `mass[b]` as filled by a fast (`f32`) [`build`] at frame `f`.
+///
+/// Per weight `w (1 + e / T)` with `w = exp_neg_f32(fl(d * fl(1 / T)))`, `d = fl(l - max)`
+/// and `e = l - max - d` exactly: the argument is within `steps * 2^-24 * |x|` of the
+/// exact `x = (l - max) / T` (`steps` roundings: none when `T = 1`, at most two), and
+/// `|x|` is below `(b + 1) / 64` nats in bucket `b`, so the weight is within that relative
+/// amount of `e^x`; [`exp_neg_f32`] adds [`F32_REL_ERROR`]; the first-order correction,
+/// its rounding and the `f64` sums below `1e-12` (`|e / T| <= 2^-24 |x|`, `|x| <= 87`).
+/// The last bucket's weights are below `e^-63` each (and `e^-87` for those clamped there).
+pub(crate) fn error_bound(b: usize, count: u32, mass: f64, f: Frame) -> f64 {
     if b == LAST {
-        f64::from(count) * 2e-28
+        f64::from(count) * 5e-28
     } else {
-        mass * (F32_REL_ERROR + 8e-8) + f64::from(count) * F32_ABS_ERROR
+        let arg = f.steps * 5.97e-8 * (b as f64 + 1.0) / f64::from(PER_NAT);
+        mass * (F32_REL_ERROR + arg + 6e-8 * 6e-8 * 87.0 * 87.0 + 1.2e-7 * 6e-8 + 1e-12)
+            + f64::from(count) * F32_ABS_ERROR
     }
 }
 
@@ -143,13 +163,17 @@ pub(crate) fn build<T: Logit>(
         });
     } else {
         build_with(row, overlay, f, limit, count, mass, |f, l| {
-            // The argument in f64, split in an f32 head and tail: e^(hi + lo) =
-            // e^hi (1 + lo) to second order in lo <= 2^-24 |s|.
-            let s = f.s64(l);
-            let hi = s as f32;
-            let lo = (s - f64::from(hi)) as f32;
-            let e = exp_neg_f32(hi);
-            f64::from(e + e * lo)
+            // All in `f32`, so the loop runs on full vectors. `l - max` is rounded to
+            // `d`, whose exact error `e` (two-sum) goes back in to first order:
+            // e^((d + e) / T) = e^(d / T) (1 + e / T). The scaling's own rounding is in
+            // `error_bound`. (A patched token's raw value above the maximum gets weight 1,
+            // added and taken away again.)
+            let d = l - f.max;
+            let back = d - l;
+            let e = (l - (d - back)) + (-f.max - back);
+            let s = d * f.inv_t32;
+            let w = exp_neg_f32(if s < 0.0 { s } else { 0.0 });
+            f64::from(w + w * (e * f.inv_t32))
         });
     }
 }
@@ -324,4 +348,57 @@ pub(crate) fn count_bucket(count: &[u32], n: usize) -> Option<usize> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every bucket's fast mass lies within [`error_bound`] of its precise mass, at
+    /// temperatures with and without roundings in the argument.
+    #[test]
+    fn fast_masses_are_within_their_bound() {
+        let mut x = 0x853c_49e6_748f_ea9bu64;
+        for (n, scale, t) in [
+            (151_936usize, 1.0f32, 1.0f32),
+            (20_000, 2.0, 0.6),
+            (20_000, 3.0, 0.5),
+            (5_000, 30.0, 1.7),
+            (300, 0.01, 1e-3),
+            (300, 1.0, 1e-40),
+        ] {
+            let row: Vec<f32> = (0..n)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if i % 89 == 3 {
+                        f32::NEG_INFINITY
+                    } else {
+                        ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+                    }
+                })
+                .collect();
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let f = Frame::new(max, t);
+            let ov = Overlay::new(n);
+            let (mut c1, mut m1) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
+            let (mut c2, mut m2) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
+            build(&row, &ov, f, LAST, false, &mut c1, &mut m1);
+            build(&row, &ov, f, LAST, true, &mut c2, &mut m2);
+            assert_eq!(c1, c2);
+            for b in 0..BUCKETS {
+                let bound = error_bound(b, c1[b], m1[b], f);
+                assert!(
+                    (m1[b] - m2[b]).abs() <= bound,
+                    "n {n} t {t} bucket {b}: {} vs {} (bound {bound})",
+                    m1[b],
+                    m2[b]
+                );
+                if t == 1.0 && b < LAST && m2[b] > 0.0 {
+                    assert!(bound <= 2e-7 * m2[b] + 1e-30, "bound {bound} for {}", m2[b]);
+                }
+            }
+        }
+    }
 }

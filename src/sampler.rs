@@ -671,7 +671,7 @@ impl Sampler {
                 return 0.0;
             }
             range
-                .map(|b| histogram::error_bound(b, s.hist_count[b], s.hist_mass[b]))
+                .map(|b| histogram::error_bound(b, s.hist_count[b], s.hist_mass[b], f))
                 .sum()
         };
         if top_p >= 1.0 && min_p <= 0.0 {
