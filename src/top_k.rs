@@ -81,7 +81,7 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     let whole = row.len() / BLOCK * BLOCK;
     let rem_start = whole;
     let mut from = 0;
-    while let Some(b) = scan(&row[from..whole], threshold, &mut sum) {
+    while let Some(b) = crate::simd::scan(&row[from..whole], threshold, &mut sum) {
         let start = from + b * BLOCK;
         for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
             let v = load(chunk);
@@ -175,7 +175,7 @@ fn collect_above<T: crate::element::Logit>(
     let mut found = 0;
     let whole = row.len() / BLOCK * BLOCK;
     let mut from = 0;
-    while let Some(b) = scan(&row[from..whole], threshold, &mut sum) {
+    while let Some(b) = crate::simd::scan(&row[from..whole], threshold, &mut sum) {
         let start = from + b * BLOCK;
         for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
             let v = load(chunk);
@@ -248,9 +248,10 @@ fn keep_best(keys: &mut Vec<u64>, k: usize) -> f32 {
 
 /// The index of the first block of `part` (whole blocks) holding an entry above
 /// `threshold`, adding every entry read into the lane sums `sum`. The hot loop of
-/// [`select_row`]: it keeps nothing but lane maxima and sums in registers.
-#[inline(never)]
-fn scan<T: crate::element::Logit>(
+/// [`select_row`]: it keeps nothing but lane maxima and sums in registers. Run through
+/// [`simd::scan`](crate::simd::scan), which compiles it for wider vectors.
+#[inline(always)]
+pub(crate) fn scan_portable<T: crate::element::Logit>(
     part: &[T],
     threshold: f32,
     sum: &mut [f32; crate::adjust::LANES],
@@ -327,7 +328,7 @@ pub(crate) fn near_max<T: crate::element::Logit>(
     let mut over = false;
     loop {
         let threshold = max + width;
-        let Some(b) = scan(&row[from..whole], threshold, &mut sum) else {
+        let Some(b) = crate::simd::scan(&row[from..whole], threshold, &mut sum) else {
             break;
         };
         let start = from + b * BLOCK;
