@@ -428,3 +428,48 @@ fn batch_equals_sequential() {
         assert_eq!(out, want);
     }
 }
+
+/// Top-p without top-k on rows whose nucleus is a few tokens, between the first 1,024
+/// candidates and 4,096, and beyond (the three ways the sampler finds it), at several
+/// temperatures and uniforms: the same kept set, probabilities and token as the
+/// reference.
+#[test]
+fn top_p_nuclei_of_every_size_match_reference() {
+    let n = 40_000;
+    let mut sizes = Vec::new();
+    for (seed, sigma) in [(1u64, 2.0f64), (2, 1.2), (3, 0.7), (4, 0.3)] {
+        let mut r = Mix(seed);
+        let mut row: Vec<f32> = (0..n).map(|_| (sigma * r.normal()) as f32).collect();
+        for _ in 0..30 {
+            let i = (r.next() % n as u64) as usize;
+            row[i] = (6.0 + 6.0 * r.unit()) as f32;
+        }
+        for (top_p, t) in [
+            (0.5f32, 1.0f32),
+            (0.9, 1.0),
+            (0.95, 1.0),
+            (0.99, 0.7),
+            (0.999, 1.3),
+        ] {
+            let params = SamplingParams::builder()
+                .temperature(t)
+                .top_p(top_p)
+                .build()
+                .unwrap();
+            sizes.push(reference::survivors(&row, &params).unwrap().len());
+            for u in [0.0, 0.37, 0.93, 0.999_9] {
+                let c = Case {
+                    row: row.clone(),
+                    params: params.clone(),
+                    prompt: Vec::new(),
+                    mask: None,
+                    u,
+                };
+                check(&c, &c.row, &c.row).unwrap();
+            }
+        }
+    }
+    assert!(sizes.iter().any(|&s| s <= 1024), "{sizes:?}");
+    assert!(sizes.iter().any(|&s| s > 1024 && s <= 2048), "{sizes:?}");
+    assert!(sizes.iter().any(|&s| s > 4096), "{sizes:?}");
+}
