@@ -61,9 +61,9 @@ impl Frame {
             // smaller logit to the last bucket, where its true weight belongs.
             inv_t32: (1.0 / t).min(f32::MAX),
             inv_t: 1.0 / f64::from(t),
-            // (With `1 / T` saturated the fast weights are off by far more than any
-            // rounding: a bound this large sends every decision to the precise weights.)
-            steps: if (1.0 / t).is_infinite() {
+            // (Where the fast weights do not hold, a bound this large sends every
+            // decision to the precise weights.)
+            steps: if !f32_weights_hold(t) {
                 1e30
             } else if t == 1.0 {
                 0.0
@@ -87,6 +87,15 @@ impl Frame {
     fn s64(&self, l: f32) -> f64 {
         (f64::from(l) - f64::from(self.max)) * self.inv_t
     }
+}
+
+/// Whether `f32` arithmetic can compute the fast weights at temperature `t`: `1 / T`
+/// must be finite (not for a subnormal `T`), and `T` below `1e30`, so that a difference
+/// `l - max` that overflows `f32` (only possible beyond `1.7e38`) belongs to a weight
+/// below `e^-87`, where the fast weights clamp anyway. Otherwise the sampler sorts every
+/// finite token instead of building the histogram.
+pub(crate) fn f32_weights_hold(t: f32) -> bool {
+    (1.0 / t).is_finite() && t < 1e30
 }
 
 /// `1.5 * 2^23`: adding it rounds a small `f32` to an integer held in the low bits.
@@ -173,7 +182,9 @@ pub(crate) fn build<T: Logit>(
             let e = (l - (d - back)) + (-f.max - back);
             let s = d * f.inv_t32;
             let w = exp_neg_f32(if s < 0.0 { s } else { 0.0 });
-            f64::from(w + w * (e * f.inv_t32))
+            // (Below -87 the weight is clamped, and so is its correction.)
+            let c = if s > -87.0 { e * f.inv_t32 } else { 0.0 };
+            f64::from(w + w * c)
         });
     }
 }
@@ -366,6 +377,7 @@ mod tests {
             (5_000, 30.0, 1.7),
             (300, 0.01, 1e-3),
             (300, 1.0, 1e-40),
+            (300, 3e38, 4e37),
         ] {
             let row: Vec<f32> = (0..n)
                 .map(|i| {

@@ -36,11 +36,11 @@ const U32: f64 = 5.960_464_477_539_063e-8;
 /// [`simd::row_mass`](crate::simd::row_mass) can compile it for AVX2.
 #[inline(always)]
 pub(crate) fn fast<T: Logit>(row: &[T], max: f32, t: f32) -> (f64, f64) {
-    let inv_t = 1.0 / t;
-    if inv_t.is_infinite() {
-        // A subnormal T: `1 / T` overflows `f32`, and the bound above needs it rounded.
-        return (precise(row, max, t), 0.0);
+    if !crate::histogram::f32_weights_hold(t) {
+        let z = precise(row, max, t);
+        return (z, z * 1e-14);
     }
+    let inv_t = 1.0 / t;
     // The rounding steps in the argument: the subtraction, and the product unless
     // `1 / T` is 1; `1 / T` itself unless it is exact in `f32`.
     let steps = 1.0
@@ -124,6 +124,7 @@ mod tests {
             (4_099, 30.0, 1.7),
             (17, 3.0, 1e-3),
             (1_000, 1.0, 1e-40),
+            (64, 3e38, 4e37),
             (64, 1e30, 2.0),
         ] {
             let mut row: Vec<f32> = (0..n)

@@ -469,7 +469,10 @@ impl Sampler {
             return Ok(Some(Survivors::Greedy(id)));
         }
         let (t, top_p, min_p) = (p.temperature(), p.top_p(), p.min_p());
-        if let Some(k) = p.top_k() {
+        // At an extreme temperature (subnormal, or above 1e30) the histogram's `f32` keys
+        // and weights lose their meaning: every finite token is sorted instead.
+        let sort_all = !histogram::f32_weights_hold(t);
+        if let Some(k) = p.top_k().or(sort_all.then_some(adj.len())) {
             let k = k.max(keep);
             if k <= top_k::SMALL_K {
                 top_k::select_patched(adj, k, &s.overlay, &mut s.cand)?;

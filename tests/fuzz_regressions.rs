@@ -187,3 +187,81 @@ fn subnormal_temperature_draws_like_the_reference() {
         }
     }
 }
+
+/// The sampler's distribution equals the reference's: same tokens in the same order,
+/// probabilities within `1e-6`.
+fn assert_matches_reference(row: &[f32], params: &SamplingParams) {
+    let want = logits::reference::normalize(
+        &logits::reference::survivors(row, params).expect("a valid row"),
+    );
+    let mut got = Vec::new();
+    Sampler::new(params.clone(), row.len())
+        .unwrap()
+        .distribution(row, None, &mut got)
+        .unwrap();
+    assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.0, w.0, "{got:?} vs {want:?}");
+        assert!((g.1 - w.1).abs() < 1e-6, "{got:?} vs {want:?}");
+    }
+}
+
+/// Fuzz target `tail_cut`, three inputs at extreme temperatures, where the histogram's
+/// `f32` arithmetic loses its meaning:
+/// - a subnormal temperature over subnormal logits: `1 / T` overflows `f32`, so the
+///   bucket keys put tokens 5.8 nats apart in neighbouring buckets, and min-p with
+///   `min_tokens_to_keep(2)` kept three tokens;
+/// - a temperature of `4e37` over logits `1e38` apart: `l - max` overflows `f32` for
+///   a token whose weight is `e^-8`, which the fast weights counted as `e^-87`;
+/// - a tiny temperature with logits near `1e38`: the two-sum correction of a clamped
+///   weight made it negative.
+///
+/// Now an extreme temperature sorts every finite token, and the correction applies only
+/// to weights that are not clamped.
+#[test]
+fn extreme_temperatures_match_the_reference() {
+    let tiny = 7.533e-42f32;
+    let sub = 4.358e-41f32;
+    let cases: [(Vec<f32>, SamplingParams); 4] = [
+        (
+            vec![0.0, 0.0, -12.25, f32::NEG_INFINITY, sub],
+            SamplingParams::builder()
+                .temperature(tiny)
+                .min_p(0.325_490_2)
+                .min_tokens_to_keep(2)
+                .build()
+                .unwrap(),
+        ),
+        (
+            vec![
+                -11.0, 13.625, 15.75, 8.457e37, 5.0, -2.578e38, -3.69e19, 5e-44,
+            ],
+            SamplingParams::builder()
+                .temperature(4.253_714_7e37)
+                .min_p(0.1)
+                .min_tokens_to_keep(3)
+                .build()
+                .unwrap(),
+        ),
+        (
+            vec![1e38, 1e38, -3.5, 2.9e-39, 1e38],
+            SamplingParams::builder()
+                .temperature(2.328_263_7e-38)
+                .build()
+                .unwrap(),
+        ),
+        (
+            vec![1e38, 2.9e-39, 4.802e30, 1e38, 2.9e-39],
+            SamplingParams::builder()
+                .temperature(0.002_502_479_6)
+                .min_tokens_to_keep(4)
+                .build()
+                .unwrap(),
+        ),
+    ];
+    for (row, params) in &cases {
+        assert_matches_reference(row, params);
+        let top_p = params.to_builder().top_p(0.9).build().unwrap();
+        assert_matches_reference(row, &top_p);
+    }
+}
