@@ -230,6 +230,20 @@ impl Overlay {
         &mut self.patch[s].1
     }
 
+    /// Bans token `id`: its adjusted value becomes `-inf`, whatever the other patches
+    /// made of it (as the dense stage masks after the bias and the penalties).
+    #[inline]
+    pub(crate) fn ban(&mut self, id: crate::TokenId) {
+        let i = id as usize;
+        match self.slot[i] {
+            UNPATCHED => {
+                self.slot[i] = self.patch.len() as u32;
+                self.patch.push((id, f32::NEG_INFINITY));
+            }
+            s => self.patch[s as usize].1 = f32::NEG_INFINITY,
+        }
+    }
+
     /// The adjusted logit of token `id`.
     #[inline]
     pub(crate) fn value<T: Logit>(&self, row: &[T], id: crate::TokenId) -> f32 {

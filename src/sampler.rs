@@ -56,6 +56,24 @@ const MIN_P_DIRECT: usize = 4096;
 /// by entry.
 const MIN_P_NEAR: usize = 4096;
 
+/// A mask that allows at most this many tokens is read as a compact row: the allowed
+/// tokens' adjusted logits, gathered in id order, instead of a masked copy of the whole
+/// row.
+///
+/// At most [`MIN_P_NEAR`], so that the one-pass min-p selection never gives up on either
+/// form of the row (it can only collect finite entries): every decision of the tail cuts
+/// is then made the same way on the compact row as on the masked copy, and the result is
+/// the same bit for bit. Gathering 4,096 tokens costs a few microseconds (see
+/// `BENCHMARKS.md`), against tens for the copy.
+const SPARSE_MAX: usize = MIN_P_NEAR;
+
+/// A mask that disallows at most this many tokens becomes `-inf` patches over the
+/// caller's row (with the bias and penalty patches), which is then never copied.
+///
+/// Each patch costs a few nanoseconds to build and to skip in the passes; past this many,
+/// the copy of the row costs less (see `BENCHMARKS.md`).
+const OPEN_MAX: usize = 8192;
+
 /// What to do with the adjusted row.
 #[derive(Debug)]
 enum Goal<'a> {
@@ -113,9 +131,10 @@ impl Sampler {
         {
             return Err(Error::TokenOutOfRange { id, vocab_size });
         }
-        let mut scratch = Scratch::new(vocab_size);
-        // Room for every patch a step can make: the biased tokens, and the penalised
-        // ones (at most the window; with no window, `reserve` adds room with the history).
+        let mut scratch = Scratch::new(vocab_size, SPARSE_MAX.min(vocab_size));
+        // Room for every patch a step can make: the biased tokens, the penalised ones (at
+        // most the window; with no window, `reserve` adds room with the history) and the
+        // tokens a nearly-open mask bans.
         let window = if params.has_penalties() {
             params.penalty_window().unwrap_or(0)
         } else {
@@ -124,7 +143,7 @@ impl Sampler {
         scratch
             .overlay
             .patch
-            .reserve((params.logit_bias().len() + window).min(vocab_size));
+            .reserve((params.logit_bias().len() + window + OPEN_MAX).min(vocab_size));
         Ok(Sampler {
             rng: DrawRng::new(params.seed()),
             params,
@@ -185,7 +204,10 @@ impl Sampler {
     pub fn reserve(&mut self, additional: usize) {
         self.seq.reserve(additional);
         if self.params.has_penalties() && self.params.penalty_window().is_none() {
-            let most = self.params.logit_bias().len() + self.seq.view().tokens().len() + additional;
+            let most = self.params.logit_bias().len()
+                + self.seq.view().tokens().len()
+                + additional
+                + OPEN_MAX;
             let patch = &mut self.scratch.overlay.patch;
             patch.reserve(most.min(self.vocab_size).saturating_sub(patch.len()));
         }
@@ -303,27 +325,85 @@ impl Sampler {
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
         let row = adjust::check_input(self.vocab_size, row, mask)?;
+        if let (Some(mask), true) = (mask, self.processors.is_empty()) {
+            let allowed = count_allowed(mask);
+            if allowed <= SPARSE_MAX {
+                return self.run_sparse(row, mask, goal);
+            }
+            if self.vocab_size.saturating_sub(allowed) <= OPEN_MAX {
+                return self.run_overlay(row, Some(mask), goal);
+            }
+        }
         if mask.is_some() || !self.processors.is_empty() {
             let mut dense = std::mem::take(&mut self.scratch.logits);
             self.scratch.overlay.clear();
             let r = adjust::convert_checked(row, &mut dense)
                 .and_then(|_| self.adjust_dense(mask, &mut dense))
-                .and_then(|()| self.finish(row, &dense, goal));
+                .and_then(|()| self.finish(row, &dense, None, goal));
             self.scratch.logits = dense;
             r
         } else {
-            let history = self.seq.view();
-            let window = if self.params.has_penalties() {
-                history.penalized(self.params.penalty_window(), self.params.penalize_prompt())
-            } else {
-                &[]
-            };
-            let s = &mut self.scratch;
-            s.overlay.build(row, &self.params, window, &mut s.counts);
-            let r = self.finish(row, row, goal);
-            self.scratch.overlay.clear();
-            r
+            self.run_overlay(row, None, goal)
         }
+    }
+
+    /// `goal` on the caller's row under patches: the bias and the penalties, and `-inf`
+    /// for every token `ban` disallows (a nearly-open mask).
+    fn run_overlay<T: Logit>(
+        &mut self,
+        row: &[T],
+        ban: Option<&TokenMask>,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        let window = penalty_window(&self.params, &self.seq);
+        let s = &mut self.scratch;
+        s.overlay.build(row, &self.params, window, &mut s.counts);
+        if let Some(mask) = ban {
+            for_each_bit(mask, true, |id| s.overlay.ban(id));
+        }
+        let r = self.finish(row, row, None, goal);
+        self.scratch.overlay.clear();
+        r
+    }
+
+    /// `goal` under a sparse mask, on the compact row of the allowed tokens' adjusted
+    /// logits; the token and the distribution's ids are mapped back to vocabulary ids.
+    ///
+    /// The compact row keeps the tokens in id order and leaves out only `-inf` entries,
+    /// which no stage counts (not even to keep `min_tokens_to_keep`), so every cut and
+    /// every draw comes out as on the masked copy of the row.
+    fn run_sparse<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: &TokenMask,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        // The whole row is checked, disallowed tokens included, as on the dense path.
+        adjust::max_checked(row)?;
+        let window = penalty_window(&self.params, &self.seq);
+        let s = &mut self.scratch;
+        let patched = !self.params.logit_bias().is_empty() || !window.is_empty();
+        if patched {
+            s.overlay.build(row, &self.params, window, &mut s.counts);
+        }
+        let mut vals = std::mem::take(&mut s.compact);
+        let mut ids = std::mem::take(&mut s.compact_ids);
+        vals.clear();
+        ids.clear();
+        let ov = &s.overlay;
+        for_each_bit(mask, false, |id| {
+            ids.push(id);
+            vals.push(if patched {
+                ov.value(row, id)
+            } else {
+                row[id as usize].to_f32()
+            });
+        });
+        s.overlay.clear();
+        let r = check_compact(&vals, &ids).and_then(|()| self.finish(row, &vals, Some(&ids), goal));
+        self.scratch.compact = vals;
+        self.scratch.compact_ids = ids;
+        r
     }
 
     /// Stage 1 when an adjustment touches the whole row (a grammar mask, a user
@@ -352,10 +432,14 @@ impl Sampler {
 
     /// Stages 2 to 5 on the adjusted row `adj` (under `scratch.overlay`), and the
     /// logprobs of the raw row `raw`; or the final distribution.
+    ///
+    /// With `ids`, `adj` is a compact row: entry `i` is token `ids[i]` (ids ascending),
+    /// and the token, the distribution and the logprobs are given in vocabulary ids.
     fn finish<T: Logit, U: Logit>(
         &mut self,
         raw: &[T],
         adj: &[U],
+        ids: Option<&[TokenId]>,
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
         // First with the fast weights; again with the precise ones only if a decision
@@ -381,12 +465,22 @@ impl Sampler {
         };
         if let Goal::Distribution(out) = goal {
             self.distribution_of(adj, survivors, out);
+            if let Some(ids) = ids {
+                out.iter_mut().for_each(|e| e.0 = ids[e.0 as usize]);
+            }
             return Ok(None);
+        }
+        if let Some(ids) = ids {
+            out.token = ids[out.token as usize];
         }
         if let Some(n_alt) = self.params.logprobs() {
             let raw_max = adjust::max_checked(raw)?;
-            logprobs::fill(raw, raw_max, n_alt, &mut out, |id| {
-                self.final_logprob(adj, &survivors, id)
+            logprobs::fill(raw, raw_max, n_alt, &mut out, |id| match ids {
+                None => self.final_logprob(adj, &survivors, id),
+                // A token the compact row leaves out was masked: `-inf`.
+                Some(ids) => ids.binary_search(&id).map_or(f32::NEG_INFINITY, |i| {
+                    self.final_logprob(adj, &survivors, i as TokenId)
+                }),
             });
         }
         Ok(Some(out))
@@ -760,6 +854,73 @@ impl Sampler {
                 }
             }
         }
+    }
+}
+
+/// The tokens the penalties count this step (none without penalties).
+fn penalty_window<'a>(params: &SamplingParams, seq: &'a Sequence) -> &'a [TokenId] {
+    if params.has_penalties() {
+        seq.view()
+            .penalized(params.penalty_window(), params.penalize_prompt())
+    } else {
+        &[]
+    }
+}
+
+/// The bits of word `w` of a mask over `len` tokens that stand for tokens (all but the
+/// tail of the last word, which a caller of `words_mut` may have left set).
+#[inline]
+fn valid_bits(w: usize, len: usize) -> u32 {
+    let rest = len.saturating_sub(w * 32);
+    if rest >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << rest) - 1
+    }
+}
+
+/// Number of tokens `mask` allows (one pass over its words, stray tail bits ignored).
+fn count_allowed(mask: &TokenMask) -> usize {
+    mask.words()
+        .iter()
+        .enumerate()
+        .map(|(w, &x)| (x & valid_bits(w, mask.len())).count_ones() as usize)
+        .sum()
+}
+
+/// Calls `f` with every token `mask` allows (`disallowed` false) or disallows (true), in
+/// ascending id order. Whole words with no such token cost one test.
+#[inline]
+fn for_each_bit(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(TokenId)) {
+    let len = mask.len();
+    let flip = if disallowed { u32::MAX } else { 0 };
+    for (w, &word) in mask.words().iter().enumerate() {
+        let mut bits = (word ^ flip) & valid_bits(w, len);
+        while bits != 0 {
+            f((w * 32) as TokenId + bits.trailing_zeros());
+            bits &= bits - 1;
+        }
+    }
+}
+
+/// The checks of the dense path on a compact row: the first NaN or `+inf` (the bias or a
+/// penalty overflowed) by vocabulary id, then [`Error::NoCandidates`] when no entry is
+/// finite.
+fn check_compact(vals: &[f32], ids: &[TokenId]) -> Result<(), Error> {
+    let mut any = false;
+    for (&v, &id) in vals.iter().zip(ids) {
+        if v.is_nan() {
+            return Err(Error::NanLogit { index: id as usize });
+        }
+        if v == f32::INFINITY {
+            return Err(Error::InfiniteLogit { index: id as usize });
+        }
+        any |= v > f32::NEG_INFINITY;
+    }
+    if any {
+        Ok(())
+    } else {
+        Err(Error::NoCandidates)
     }
 }
 
