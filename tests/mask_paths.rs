@@ -3,13 +3,13 @@
 //!
 //! - a sparse mask (at most 4,096 allowed tokens) becomes a compact row of the allowed
 //!   tokens: the same tokens, distributions, logprobs and errors, bit for bit;
-//! - a nearly-open mask (at most 8,192 disallowed tokens) becomes `-inf` patches over
+//! - a nearly-open mask (at most 16,384 disallowed tokens) becomes `-inf` patches over
 //!   the caller's row: the same kept set, token and errors, probabilities within
 //!   rounding (the histogram's bucket sums take the patched tokens out by subtraction);
 //! - any other mask takes the dense path.
 //!
 //! The dense path is forced by a processor that changes nothing (a user processor always
-//! takes the dense path). Rows of up to 16,000 tokens reach all three regimes and their
+//! takes the dense path). Rows of up to 24,000 tokens reach all three regimes and their
 //! boundaries.
 
 use logits::half::{bf16, f16};
@@ -21,7 +21,7 @@ use proptest::prelude::*;
 /// The sparse regime's bound on allowed tokens.
 const SPARSE_MAX: usize = 4096;
 /// The nearly-open regime's bound on disallowed tokens.
-const OPEN_MAX: usize = 8192;
+const OPEN_MAX: usize = 16_384;
 
 /// A processor that changes nothing: it only routes the sampler through the dense path.
 #[derive(Debug)]
@@ -373,9 +373,9 @@ fn check_all_types(c: &Case) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Vocabularies of 12,400 to 16,000 tokens: sparse, dense and nearly-open masks.
+    /// Vocabularies of 20,600 to 24,000 tokens: sparse, dense and nearly-open masks.
     #[test]
-    fn large_vocabularies_match_the_dense_path(c in case(12_400..16_000)) {
+    fn large_vocabularies_match_the_dense_path(c in case(20_600..24_000)) {
         check_all_types(&c)?;
     }
 
@@ -389,7 +389,7 @@ proptest! {
     /// The documented semantics: the same as `TokenMask::apply` on an `f32` copy, then an
     /// unmasked draw (here without bias or penalties, so that the copy takes no patch).
     #[test]
-    fn same_as_masking_a_copy(c in case(4_000..13_000)) {
+    fn same_as_masking_a_copy(c in case(4_000..21_000)) {
         let p = &c.params;
         let mut b = SamplingParams::builder()
             .temperature(p.temperature())
@@ -421,6 +421,34 @@ proptest! {
     }
 }
 
+proptest! {
+    /// The mask stage sizes the sampler's view of the row by the exact number of allowed
+    /// tokens: the compact row holds them, the patches the disallowed ones, and otherwise
+    /// the whole row is copied. Stray bits past the mask's length count for nothing.
+    #[test]
+    fn the_mask_stage_counts_exactly(
+        (n, count) in (1usize..40_000).prop_flat_map(|n| (Just(n), allowed_count(n))),
+        runs in any::<bool>(),
+        stray in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let mut mask = make_mask(n, count, runs, seed);
+        if stray && n % 32 != 0 {
+            *mask.words_mut().last_mut().unwrap() |= u32::MAX << (n % 32);
+        }
+        let row = vec![0.5f32; n];
+        let mut s = Sampler::new(SamplingParams::default(), n).unwrap();
+        let want = if count <= SPARSE_MAX {
+            count
+        } else if n - count <= OPEN_MAX {
+            n - count
+        } else {
+            n
+        };
+        prop_assert_eq!(s.mask_stage(&row, &mask), Ok(want));
+    }
+}
+
 /// Stray bits past the mask's length (left by a caller of `words_mut`) are ignored, as
 /// `TokenMask::apply` ignores them.
 #[test]
@@ -440,7 +468,7 @@ fn stray_tail_bits_are_ignored() {
 /// An empty mask, and a mask whose allowed tokens are all banned, in each regime.
 #[test]
 fn nothing_allowed_is_no_candidates() {
-    let n = 16_000;
+    let n = 24_000;
     let row = vec![1.0f32; n];
     for allowed in [
         0,
