@@ -233,12 +233,35 @@ impl Sampler {
     }
 
     /// Like [`sample`](Self::sample), with a grammar mask: every token `mask` disallows
-    /// becomes `-inf` in the adjustment stage.
+    /// becomes `-inf` in the adjustment stage, after the logit bias and the penalties.
+    /// The result is that of [`TokenMask::apply`] on an `f32` copy of the row followed by
+    /// the unmasked pipeline, except that the raw logprobs are those of the row given.
+    ///
+    /// The mask is never written into a copy of the row when it can be read instead. One
+    /// pass over its words counts the allowed tokens, then:
+    /// - **sparse** (at most 4,096 allowed, e.g. digits, a keyword, a closing bracket):
+    ///   the allowed tokens' adjusted logits are gathered, in id order, into a compact
+    ///   row inside the sampler, the pipeline runs on that row and the token (and the
+    ///   [`distribution`](Self::distribution)'s ids) are mapped back. The result is the
+    ///   same as through the masked copy, bit for bit: the compact row leaves out only
+    ///   `-inf` entries, which no stage counts (`min_tokens_to_keep` never keeps a banned
+    ///   token), and keeps the order that breaks ties;
+    /// - **nearly open** (at most 16,384 disallowed, e.g. inside a JSON string): the
+    ///   disallowed tokens become `-inf` patches over the row next to the bias and
+    ///   penalty patches, and the row is read in place. The same cuts and token as
+    ///   through the masked copy; probabilities may differ in the last bits, since the
+    ///   histogram's bucket sums take the patched tokens out by subtraction;
+    /// - **otherwise** the row is copied to `f32` and the mask written into the copy.
+    ///
+    /// A user [`LogitsProcessor`] needs the whole row, so with one the copy is always
+    /// made. In every regime the whole row is checked for NaN and `+inf`, disallowed
+    /// tokens included, and nothing allocates once warm.
     ///
     /// # Errors
     /// As [`sample`](Self::sample), and [`Error::LengthMismatch`] when the mask does not
     /// cover exactly `vocab_size` tokens. A mask that allows nothing, or allows only
-    /// tokens the other adjustments ban, gives [`Error::NoCandidates`].
+    /// tokens the other adjustments ban, gives [`Error::NoCandidates`]. A NaN or `+inf`
+    /// anywhere in the row is an error even where the mask disallows the token.
     pub fn sample_masked<T: Logit>(
         &mut self,
         logits: &[T],
