@@ -282,11 +282,27 @@ fn main() {
     let row = peaked_row();
     let argmax = (0..N_LOGITS).fold(0, |m, i| if row[i] > row[m] { i } else { m });
     let mut no_top = spread_mask(N_LOGITS - 16_384, 0x2545_F491);
-    no_top.disallow(argmax as TokenId).expect("in range");
+    if no_top.is_allowed(argmax as TokenId) {
+        // Swap the argmax for one disallowed token, keeping 16,384 disallowed.
+        let other = (0..N_LOGITS as TokenId)
+            .find(|&i| !no_top.is_allowed(i))
+            .expect("a disallowed token");
+        no_top.allow(other).expect("in range");
+        no_top.disallow(argmax as TokenId).expect("in range");
+    }
     let top_p = SamplingParams::builder()
         .top_p(0.95)
         .build()
         .expect("params");
+    let mut with_top = spread_mask(N_LOGITS - 16_384, 0x2545_F491);
+    if !with_top.is_allowed(argmax as TokenId) {
+        let other = (0..N_LOGITS as TokenId)
+            .find(|&i| with_top.is_allowed(i))
+            .expect("an allowed token");
+        with_top.disallow(other).expect("in range");
+        with_top.allow(argmax as TokenId).expect("in range");
+    }
+    bench_sample_masked(&mut c, "open-top-p", &with_top, top_p.clone());
     bench_sample_masked(&mut c, "open-no-argmax-top-p", &no_top, top_p);
 
     #[cfg(feature = "llguidance")]

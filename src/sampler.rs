@@ -68,13 +68,21 @@ const MIN_P_NEAR: usize = 4096;
 const SPARSE_MAX: usize = MIN_P_NEAR;
 
 /// A mask that disallows at most this many tokens becomes `-inf` patches over the
-/// caller's row (with the bias and penalty patches), which is then never copied.
+/// caller's row (with the bias and penalty patches), which is then never copied, when
+/// the cut is greedy or has a top-k: the passes then look at a patch only when it would
+/// enter the top k.
 ///
-/// A patch costs a few nanoseconds to build, to take out of the histogram's bucket and
-/// to clear. With Qwen3's chain at 151,936 logits, sampling under 16,384 patches took
-/// 77 us against 103 us through the masked copy, and under 32,768 patches 115 us against
-/// 107 us (see `BENCHMARKS.md`): this bound keeps the patches clearly ahead.
+/// A patch costs a few nanoseconds to build and to clear. With Qwen3's chain at 151,936
+/// logits, sampling under 16,384 patches took 64 us against 117 us through the masked
+/// copy, and under 32,768 patches 115 us against 107 us (see `BENCHMARKS.md`): this
+/// bound keeps the patches clearly ahead.
 const OPEN_MAX: usize = 16_384;
+
+/// [`OPEN_MAX`] for the other cuts (top-p, min-p or none without a top-k): their
+/// histogram passes walk every patch a few times per step, so the masked copy wins
+/// sooner (top-p 0.95 alone: 518 us against 632 us under 4,096 patches, 658 us against
+/// 530 us under 16,384).
+const OPEN_MAX_HIST: usize = 4096;
 
 /// What to do with the adjusted row.
 #[derive(Debug)]
@@ -246,9 +254,10 @@ impl Sampler {
     ///   same as through the masked copy, bit for bit: the compact row leaves out only
     ///   `-inf` entries, which no stage counts (`min_tokens_to_keep` never keeps a banned
     ///   token), and keeps the order that breaks ties;
-    /// - **nearly open** (at most 16,384 disallowed, e.g. inside a JSON string): the
-    ///   disallowed tokens become `-inf` patches over the row next to the bias and
-    ///   penalty patches, and the row is read in place. The same cuts and token as
+    /// - **nearly open** (at most 16,384 disallowed with a top-k or greedy, 4,096
+    ///   otherwise; e.g. inside a JSON string): the disallowed tokens become `-inf`
+    ///   patches over the row next to the bias and penalty patches, and the row is read
+    ///   in place. The same cuts and token as
     ///   through the masked copy; probabilities may differ in the last bits, since the
     ///   histogram's bucket sums take the patched tokens out by subtraction;
     /// - **otherwise** the row is copied to `f32` and the mask written into the copy.
@@ -355,7 +364,7 @@ impl Sampler {
             if allowed <= SPARSE_MAX {
                 return self.run_sparse(row, mask, goal);
             }
-            if self.vocab_size.saturating_sub(allowed) <= OPEN_MAX {
+            if self.vocab_size.saturating_sub(allowed) <= self.open_max() {
                 return self.run_overlay(row, Some(mask), goal);
             }
         }
@@ -369,6 +378,15 @@ impl Sampler {
             r
         } else {
             self.run_overlay(row, None, goal)
+        }
+    }
+
+    /// The most disallowed tokens a mask may have to be read as patches.
+    fn open_max(&self) -> usize {
+        if self.params.is_greedy() || self.params.top_k().is_some() {
+            OPEN_MAX
+        } else {
+            OPEN_MAX_HIST
         }
     }
 
@@ -393,7 +411,7 @@ impl Sampler {
         let s = &mut self.scratch;
         s.overlay.build(row, &self.params, window, &mut s.counts);
         if let Some(mask) = ban {
-            for_each_bit(mask, true, |id| s.overlay.ban(id));
+            for_each_word(mask, true, |w, bits| s.overlay.ban_word(w, bits));
         }
     }
 
@@ -462,7 +480,8 @@ impl Sampler {
             self.gather(row, mask);
             return Ok(self.scratch.compact.len());
         }
-        if self.processors.is_empty() && self.vocab_size.saturating_sub(allowed) <= OPEN_MAX {
+        if self.processors.is_empty() && self.vocab_size.saturating_sub(allowed) <= self.open_max()
+        {
             self.build_patches(row, Some(mask));
             let n = self.scratch.overlay.patch.len();
             self.scratch.overlay.clear();
@@ -999,10 +1018,11 @@ fn sum_bytes(x: u32) -> usize {
     ((x & 0xFFFF) + (x >> 16)) as usize
 }
 
-/// Calls `f` with every token `mask` allows (`disallowed` false) or disallows (true), in
-/// ascending id order. A block of 16 words with no such token costs one test.
+/// Calls `f(w, bits)` for every word `w` of `mask` holding a token it allows
+/// (`disallowed` false) or disallows (true), with those tokens' bits, in ascending order.
+/// A block of 16 words with no such token costs one test.
 #[inline]
-fn for_each_bit(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(TokenId)) {
+fn for_each_word(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(usize, u32)) {
     let len = mask.len();
     let flip = if disallowed { u32::MAX } else { 0 };
     let words = mask.words();
@@ -1014,21 +1034,31 @@ fn for_each_bit(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(TokenId)) 
             continue;
         }
         for (j, &word) in block.iter().enumerate() {
-            let mut bits = word ^ flip;
-            let base = ((b * MASK_BLOCK + j) * 32) as TokenId;
-            while bits != 0 {
-                f(base + bits.trailing_zeros());
-                bits &= bits - 1;
+            let bits = word ^ flip;
+            if bits != 0 {
+                f(b * MASK_BLOCK + j, bits);
             }
         }
     }
     for (w, &word) in words.iter().enumerate().skip(body) {
-        let mut bits = (word ^ flip) & valid_bits(w, len);
-        while bits != 0 {
-            f((w * 32) as TokenId + bits.trailing_zeros());
-            bits &= bits - 1;
+        let bits = (word ^ flip) & valid_bits(w, len);
+        if bits != 0 {
+            f(w, bits);
         }
     }
+}
+
+/// Calls `f` with every token `mask` allows (`disallowed` false) or disallows (true), in
+/// ascending id order.
+#[inline]
+fn for_each_bit(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(TokenId)) {
+    for_each_word(mask, disallowed, |w, mut bits| {
+        let base = (w * 32) as TokenId;
+        while bits != 0 {
+            f(base + bits.trailing_zeros());
+            bits &= bits - 1;
+        }
+    });
 }
 
 /// The checks of the dense path on a compact row: the first NaN or `+inf` (the bias or a

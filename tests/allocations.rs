@@ -154,6 +154,11 @@ fn warm_sampler_does_not_allocate() {
     for id in (0..V as u32).step_by(V / 16_384).take(16_384) {
         open.disallow(id).unwrap();
     }
+    // Without a top-k, nearly open means at most 4,096 disallowed.
+    let mut open_hist = TokenMask::new_full(V);
+    for id in (0..V as u32).step_by(V / 4096).take(4096) {
+        open_hist.disallow(id).unwrap();
+    }
     let adjusted = qwen3
         .to_builder()
         .repetition_penalty(1.1)
@@ -163,7 +168,11 @@ fn warm_sampler_does_not_allocate() {
         .logprobs(5)
         .build()
         .unwrap();
-    for (name, m) in [("sparse", &sparse), ("open", &open)] {
+    for (name, m) in [
+        ("sparse", &sparse),
+        ("open", &open),
+        ("open_hist", &open_hist),
+    ] {
         for params in [
             qwen3.clone(),
             SamplingParams::greedy(),

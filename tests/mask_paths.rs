@@ -3,7 +3,8 @@
 //!
 //! - a sparse mask (at most 4,096 allowed tokens) becomes a compact row of the allowed
 //!   tokens: the same tokens, distributions, logprobs and errors, bit for bit;
-//! - a nearly-open mask (at most 16,384 disallowed tokens) becomes `-inf` patches over
+//! - a nearly-open mask (at most 16,384 disallowed tokens with a top-k or greedy, 4,096
+//!   otherwise) becomes `-inf` patches over
 //!   the caller's row: the same kept set, token and errors, probabilities within
 //!   rounding (the histogram's bucket sums take the patched tokens out by subtraction);
 //! - any other mask takes the dense path.
@@ -20,8 +21,18 @@ use proptest::prelude::*;
 
 /// The sparse regime's bound on allowed tokens.
 const SPARSE_MAX: usize = 4096;
-/// The nearly-open regime's bound on disallowed tokens.
+/// The nearly-open regime's bound on disallowed tokens, with a top-k or greedy.
 const OPEN_MAX: usize = 16_384;
+/// The same without a top-k.
+const OPEN_MAX_HIST: usize = 4096;
+
+fn open_max(p: &SamplingParams) -> usize {
+    if p.is_greedy() || p.top_k().is_some() {
+        OPEN_MAX
+    } else {
+        OPEN_MAX_HIST
+    }
+}
 
 /// A processor that changes nothing: it only routes the sampler through the dense path.
 #[derive(Debug)]
@@ -146,6 +157,8 @@ fn allowed_count(n: usize) -> impl Strategy<Value = usize> {
         SPARSE_MAX + 1,
         n.saturating_sub(OPEN_MAX),
         n.saturating_sub(OPEN_MAX + 1),
+        n.saturating_sub(OPEN_MAX_HIST),
+        n.saturating_sub(OPEN_MAX_HIST + 1),
     ];
     picks.retain(|&c| c <= n);
     prop_oneof![
@@ -281,7 +294,7 @@ fn sampler(c: &Case, dense: bool) -> Sampler {
 /// path's in the last bits.
 fn open_regime(c: &Case) -> bool {
     let allowed = c.mask.count_allowed();
-    allowed > SPARSE_MAX && c.row.len() - allowed <= OPEN_MAX
+    allowed > SPARSE_MAX && c.row.len() - allowed <= open_max(&c.params)
 }
 
 fn same_sample(
@@ -437,15 +450,17 @@ proptest! {
             *mask.words_mut().last_mut().unwrap() |= u32::MAX << (n % 32);
         }
         let row = vec![0.5f32; n];
-        let mut s = Sampler::new(SamplingParams::default(), n).unwrap();
-        let want = if count <= SPARSE_MAX {
-            count
-        } else if n - count <= OPEN_MAX {
-            n - count
-        } else {
-            n
-        };
-        prop_assert_eq!(s.mask_stage(&row, &mask), Ok(want));
+        for params in [SamplingParams::default(), SamplingParams::greedy()] {
+            let want = if count <= SPARSE_MAX {
+                count
+            } else if n - count <= open_max(&params) {
+                n - count
+            } else {
+                n
+            };
+            let mut s = Sampler::new(params, n).unwrap();
+            prop_assert_eq!(s.mask_stage(&row, &mask), Ok(want));
+        }
     }
 }
 
