@@ -277,33 +277,35 @@ fn main() {
     ] {
         bench_sample_masked(&mut c, name, &spread_mask(allowed, 0x2545_F491), qwen3());
     }
-    // The costliest case of the patches: the row's maximum is disallowed and no top-k
-    // bounds the cut (top-p alone), so the maximum of the other tokens is looked up.
+    // Without a top-k the histogram passes walk every patch: top-p alone at the bound of
+    // its regime (2,048 disallowed), with the row's maximum allowed, then disallowed (the
+    // costliest case of the patches: the maximum of the other tokens is looked up).
     let row = peaked_row();
-    let argmax = (0..N_LOGITS).fold(0, |m, i| if row[i] > row[m] { i } else { m });
-    let mut no_top = spread_mask(N_LOGITS - 16_384, 0x2545_F491);
-    if no_top.is_allowed(argmax as TokenId) {
-        // Swap the argmax for one disallowed token, keeping 16,384 disallowed.
-        let other = (0..N_LOGITS as TokenId)
-            .find(|&i| !no_top.is_allowed(i))
-            .expect("a disallowed token");
-        no_top.allow(other).expect("in range");
-        no_top.disallow(argmax as TokenId).expect("in range");
-    }
+    let argmax = (0..N_LOGITS).fold(0, |m, i| if row[i] > row[m] { i } else { m }) as TokenId;
     let top_p = SamplingParams::builder()
         .top_p(0.95)
         .build()
         .expect("params");
-    let mut with_top = spread_mask(N_LOGITS - 16_384, 0x2545_F491);
-    if !with_top.is_allowed(argmax as TokenId) {
-        let other = (0..N_LOGITS as TokenId)
-            .find(|&i| with_top.is_allowed(i))
-            .expect("an allowed token");
-        with_top.disallow(other).expect("in range");
-        with_top.allow(argmax as TokenId).expect("in range");
+    for (name, banned) in [
+        ("open-2048-top-p", false),
+        ("open-2048-top-p-no-argmax", true),
+    ] {
+        let mut m = spread_mask(N_LOGITS - 2048, 0x2545_F491);
+        if m.is_allowed(argmax) == banned {
+            // Swap the argmax's bit with another token's, keeping 2,048 disallowed.
+            let other = (0..N_LOGITS as TokenId)
+                .find(|&i| i != argmax && m.is_allowed(i) != banned)
+                .expect("another token");
+            if banned {
+                m.allow(other).expect("in range");
+                m.disallow(argmax).expect("in range");
+            } else {
+                m.disallow(other).expect("in range");
+                m.allow(argmax).expect("in range");
+            }
+        }
+        bench_sample_masked(&mut c, name, &m, top_p.clone());
     }
-    bench_sample_masked(&mut c, "open-top-p", &with_top, top_p.clone());
-    bench_sample_masked(&mut c, "open-no-argmax-top-p", &no_top, top_p);
 
     #[cfg(feature = "llguidance")]
     llg(&mut c, &vocab);

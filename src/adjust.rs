@@ -283,6 +283,39 @@ impl Overlay {
         self.marks[w] = marked | bits;
     }
 
+    /// The maximum of `row` over the tokens without a patch (`-inf` when there are none),
+    /// for a row already checked for NaN. One pass, 32 entries (one word of marks) at a
+    /// time, with the marked entries left out lane by lane.
+    pub(crate) fn unpatched_max<T: Logit>(&self, row: &[T]) -> f32 {
+        const BITS: [u32; 32] = {
+            let mut bits = [0u32; 32];
+            let mut j = 0;
+            while j < 32 {
+                bits[j] = 1 << j;
+                j += 1;
+            }
+            bits
+        };
+        let mut lanes = [f32::NEG_INFINITY; 32];
+        let chunks = row.chunks_exact(32);
+        let rem = chunks.remainder();
+        for (c, &m) in chunks.zip(&self.marks) {
+            for j in 0..32 {
+                let v = fast_f32(&c[j]);
+                let take = (m & BITS[j] == 0) & (v > lanes[j]);
+                lanes[j] = if take { v } else { lanes[j] };
+            }
+        }
+        let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let base = row.len() - rem.len();
+        for (j, x) in rem.iter().enumerate() {
+            if !self.is_patched((base + j) as crate::TokenId) {
+                max = max.max(x.to_f32());
+            }
+        }
+        max
+    }
+
     /// The adjusted logit of token `id`.
     #[inline]
     pub(crate) fn value<T: Logit>(&self, row: &[T], id: crate::TokenId) -> f32 {

@@ -154,9 +154,9 @@ fn warm_sampler_does_not_allocate() {
     for id in (0..V as u32).step_by(V / 16_384).take(16_384) {
         open.disallow(id).unwrap();
     }
-    // Without a top-k, nearly open means at most 4,096 disallowed.
+    // Without a top-k, nearly open means at most 2,048 disallowed.
     let mut open_hist = TokenMask::new_full(V);
-    for id in (0..V as u32).step_by(V / 4096).take(4096) {
+    for id in (0..V as u32).step_by(V / 2048).take(2048) {
         open_hist.disallow(id).unwrap();
     }
     let adjusted = qwen3

@@ -3,7 +3,7 @@
 //!
 //! - a sparse mask (at most 4,096 allowed tokens) becomes a compact row of the allowed
 //!   tokens: the same tokens, distributions, logprobs and errors, bit for bit;
-//! - a nearly-open mask (at most 16,384 disallowed tokens with a top-k or greedy, 4,096
+//! - a nearly-open mask (at most 16,384 disallowed tokens with a top-k or greedy, 2,048
 //!   otherwise) becomes `-inf` patches over
 //!   the caller's row: the same kept set, token and errors, probabilities within
 //!   rounding (the histogram's bucket sums take the patched tokens out by subtraction);
@@ -24,7 +24,7 @@ const SPARSE_MAX: usize = 4096;
 /// The nearly-open regime's bound on disallowed tokens, with a top-k or greedy.
 const OPEN_MAX: usize = 16_384;
 /// The same without a top-k.
-const OPEN_MAX_HIST: usize = 4096;
+const OPEN_MAX_HIST: usize = 2048;
 
 fn open_max(p: &SamplingParams) -> usize {
     if p.is_greedy() || p.top_k().is_some() {
@@ -524,6 +524,58 @@ fn nothing_allowed_is_no_candidates() {
                 Err(Error::NoCandidates)
             );
             assert!(s.history().generated().is_empty());
+        }
+    }
+}
+
+/// A nearly-open mask that disallows the row's maximum (in a whole word of the row, or in
+/// its last, partial word), with cuts that go through the histogram: the other tokens'
+/// maximum is looked up past the patches, as the dense path finds it.
+#[test]
+fn a_disallowed_maximum_under_patches() {
+    let n = 21_003;
+    let mut r = Mix(99);
+    let base: Vec<f32> = (0..n).map(|_| (4.0 * r.unit() - 2.0) as f32).collect();
+    for top in [5_000, n - 2] {
+        let mut row = base.clone();
+        row[top] = 20.0;
+        row[top - 1] = 9.0;
+        let mut mask = TokenMask::new_full(n);
+        mask.disallow(top as TokenId).unwrap();
+        for id in (7..n).step_by(500) {
+            mask.disallow(id as TokenId).unwrap();
+        }
+        for params in [
+            SamplingParams::builder()
+                .top_p(0.9)
+                .seed(3)
+                .build()
+                .unwrap(),
+            SamplingParams::builder()
+                .min_p(0.01)
+                .seed(3)
+                .build()
+                .unwrap(),
+            SamplingParams::builder()
+                .temperature(0.7)
+                .seed(3)
+                .build()
+                .unwrap(),
+        ] {
+            let c = Case {
+                row: row.clone(),
+                mask: mask.clone(),
+                params,
+                prompt: vec![],
+                generated: vec![],
+                u: 0.37,
+            };
+            assert!(open_regime(&c));
+            check_all_types(&c).unwrap();
+            let mut s = sampler(&c, false);
+            let mut dist = Vec::new();
+            s.distribution(&c.row, Some(&c.mask), &mut dist).unwrap();
+            assert_eq!(dist[0].0, (top - 1) as TokenId);
         }
     }
 }
