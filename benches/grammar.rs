@@ -4,7 +4,16 @@
 //!
 //! Prints one-time costs and, for each case, the per-step mask time over the canonical walk
 //! (p50 / p99 / max, cold first pass and warm passes on clones), then runs criterion for
-//! compile time and mask application.
+//! compile time, mask application, and sampling under a mask:
+//!
+//! - `sample/qwen3`: `Sampler::sample` with Qwen3's chain (temperature 0.6, top-k 20,
+//!   top-p 0.95) on a peaked row of 151,936 `f32`, no mask: the baseline;
+//! - `sample_masked/<mask>`: the same with the mask, as the sampler chooses to read it;
+//! - `sample_masked_dense/<mask>`: the same, forced through the masked copy of the row
+//!   (a processor that changes nothing takes the dense path), for comparison;
+//! - `mask_stage/<mask>`: the mask stage alone (`Sampler::mask_stage`): the gather of
+//!   the allowed tokens, the `-inf` patches, or the copy, mask and re-check of the row;
+//! - `mask_stage_dense/<mask>`: the dense path's mask stage on the same mask.
 
 use std::hint::black_box;
 use std::io::Read;
@@ -13,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion};
 use logits::grammar::{Choice, Constraint, GrammarMask, Vocab};
-use logits::{TokenId, TokenMask};
+use logits::{Error, History, LogitsProcessor, Sampler, SamplingParams, TokenId, TokenMask};
 
 const N_LOGITS: usize = 151_936;
 const EOS: [TokenId; 2] = [151_645, 151_643];
@@ -124,6 +133,108 @@ fn bench_apply(c: &mut Criterion, name: &str, mask: &TokenMask) {
     });
 }
 
+/// A processor that changes nothing: a user processor always takes the dense path, so
+/// it shows what a mask costs when the row is copied.
+#[derive(Debug)]
+struct Dense;
+
+impl LogitsProcessor for Dense {
+    fn process(&self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// Qwen3's recommended chain.
+fn qwen3() -> SamplingParams {
+    SamplingParams::builder()
+        .temperature(0.6)
+        .top_k(20)
+        .top_p(0.95)
+        .build()
+        .expect("params")
+}
+
+/// A peaked row: uniform noise in [-2, 2], with a token raised by 12 every 5,003 ids.
+fn peaked_row() -> Vec<f32> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..N_LOGITS)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let noise = (x >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0;
+            if i % 5003 == 0 {
+                12.0 + noise
+            } else {
+                noise
+            }
+        })
+        .collect()
+}
+
+fn sampler(params: SamplingParams, dense: bool) -> Sampler {
+    let mut s = Sampler::new(params, N_LOGITS).expect("sampler");
+    if dense {
+        s.add_processor(Box::new(Dense));
+    }
+    s
+}
+
+/// `Sampler::sample` without a mask, the baseline of `bench_sample_masked`.
+fn bench_sample(c: &mut Criterion) {
+    let row = peaked_row();
+    let mut s = sampler(qwen3(), false);
+    c.bench_function("sample/qwen3", |b| {
+        b.iter(|| {
+            let out = s.sample(black_box(&row)).expect("sample");
+            s.rollback(1);
+            out
+        })
+    });
+}
+
+/// `Sampler::sample_masked` with `params` (as the sampler reads the mask, and through the
+/// masked copy), and the mask stage alone on both paths.
+fn bench_sample_masked(c: &mut Criterion, name: &str, mask: &TokenMask, params: SamplingParams) {
+    let row = peaked_row();
+    println!(
+        "sample_masked/{name}: {} of {N_LOGITS} allowed",
+        mask.count_allowed()
+    );
+    for dense in [false, true] {
+        let mut s = sampler(params.clone(), dense);
+        let suffix = if dense { "_dense" } else { "" };
+        c.bench_function(&format!("sample_masked{suffix}/{name}"), |b| {
+            b.iter(|| {
+                let out = s.sample_masked(black_box(&row), mask).expect("sample");
+                s.rollback(1);
+                out
+            })
+        });
+        c.bench_function(&format!("mask_stage{suffix}/{name}"), |b| {
+            b.iter(|| s.mask_stage(black_box(&row), mask).expect("mask stage"))
+        });
+    }
+}
+
+/// A mask allowing `allowed` tokens spread at random.
+fn spread_mask(allowed: usize, seed: u64) -> TokenMask {
+    let mut ids: Vec<TokenId> = (0..N_LOGITS as TokenId).collect();
+    let mut x = seed;
+    for i in 0..allowed {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let j = i + (x % (N_LOGITS - i) as u64) as usize;
+        ids.swap(i, j);
+    }
+    let mut m = TokenMask::new_empty(N_LOGITS);
+    for &id in &ids[..allowed] {
+        m.allow(id).expect("in range");
+    }
+    m
+}
+
 fn main() {
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -155,6 +266,46 @@ fn main() {
     }
     half.clear_tail();
     bench_apply(&mut c, "random-half", &half);
+    bench_sample(&mut c);
+    bench_sample_masked(&mut c, "random-half", &half, qwen3());
+    // At the bounds of the regimes: 4,096 allowed (the compact row), 16,384 disallowed
+    // (patches), 16,385 disallowed (the first dense mask).
+    for (name, allowed) in [
+        ("spread-4096", 4096),
+        ("open-16384", N_LOGITS - 16_384),
+        ("open-16385", N_LOGITS - 16_385),
+    ] {
+        bench_sample_masked(&mut c, name, &spread_mask(allowed, 0x2545_F491), qwen3());
+    }
+    // Without a top-k the histogram passes walk every patch: top-p alone at the bound of
+    // its regime (2,048 disallowed), with the row's maximum allowed, then disallowed (the
+    // costliest case of the patches: the maximum of the other tokens is looked up).
+    let row = peaked_row();
+    let argmax = (0..N_LOGITS).fold(0, |m, i| if row[i] > row[m] { i } else { m }) as TokenId;
+    let top_p = SamplingParams::builder()
+        .top_p(0.95)
+        .build()
+        .expect("params");
+    for (name, banned) in [
+        ("open-2048-top-p", false),
+        ("open-2048-top-p-no-argmax", true),
+    ] {
+        let mut m = spread_mask(N_LOGITS - 2048, 0x2545_F491);
+        if m.is_allowed(argmax) == banned {
+            // Swap the argmax's bit with another token's, keeping 2,048 disallowed.
+            let other = (0..N_LOGITS as TokenId)
+                .find(|&i| i != argmax && m.is_allowed(i) != banned)
+                .expect("another token");
+            if banned {
+                m.allow(other).expect("in range");
+                m.disallow(argmax).expect("in range");
+            } else {
+                m.disallow(other).expect("in range");
+                m.allow(argmax).expect("in range");
+            }
+        }
+        bench_sample_masked(&mut c, name, &m, top_p.clone());
+    }
 
     #[cfg(feature = "llguidance")]
     llg(&mut c, &vocab);
@@ -208,7 +359,9 @@ fn llg(c: &mut Criterion, vocab: &Arc<Vocab>) {
         stage.compute().expect("mask").0.clone()
     };
     bench_apply(c, "regex-digits", &regex_first);
+    bench_sample_masked(c, "regex-digits", &regex_first, qwen3());
     if let Some((_, m)) = densest.iter().find(|(n, _)| *n == "json") {
         bench_apply(c, "json-in-string", m);
+        bench_sample_masked(c, "json-in-string", m, qwen3());
     }
 }

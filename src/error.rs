@@ -70,4 +70,9 @@ pub enum Error {
     /// A custom [`Chain`](crate::Chain) is not well formed.
     #[error("invalid chain: {0}")]
     InvalidChain(&'static str),
+    /// A grammar constraint refused a vocabulary, a grammar or a step (see
+    /// [`GrammarError`](crate::grammar::GrammarError)). Converts from `GrammarError`, so
+    /// `?` works across sampling and grammar calls.
+    #[error(transparent)]
+    Grammar(#[from] crate::grammar::GrammarError),
 }

@@ -12,6 +12,10 @@ pub(crate) struct Scratch {
     pub(crate) counts: Vec<u32>,
     /// The sparse adjustments as patches over the caller's row.
     pub(crate) overlay: crate::adjust::Overlay,
+    /// The adjusted logits of the allowed tokens of a sparse mask, in id order, and
+    /// their ids: the compact row the sampler reads instead of a masked copy.
+    pub(crate) compact: Vec<f32>,
+    pub(crate) compact_ids: Vec<TokenId>,
     /// An adjusted `f32` row for the rare paths that need one besides `logits`
     /// (grown on first use).
     pub(crate) spare: Vec<f32>,
@@ -30,8 +34,12 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    pub(crate) fn new(vocab_size: usize) -> Self {
+    /// Buffers for a vocabulary of `vocab_size`, with room for a compact row of
+    /// `compact` tokens.
+    pub(crate) fn new(vocab_size: usize, compact: usize) -> Self {
         Scratch {
+            compact: Vec::with_capacity(compact),
+            compact_ids: Vec::with_capacity(compact),
             logits: vec![0.0; vocab_size],
             counts: vec![0; vocab_size],
             overlay: crate::adjust::Overlay::new(vocab_size),

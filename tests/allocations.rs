@@ -139,7 +139,50 @@ fn warm_sampler_does_not_allocate() {
     for id in (0..V as u32).step_by(3) {
         mask.disallow(id).unwrap();
     }
-    assert_eq!(allocations_while_sampling(qwen3, Some(&mask)), 0, "masked");
+    assert_eq!(
+        allocations_while_sampling(qwen3.clone(), Some(&mask)),
+        0,
+        "masked"
+    );
+    // The compact row of a sparse mask, and the patches of a nearly-open one, at the
+    // bounds of their regimes, with the bias, the penalties and logprobs.
+    let mut sparse = TokenMask::new_empty(V);
+    for id in (0..V as u32).step_by(V / 4096 + 1).take(4096) {
+        sparse.allow(id).unwrap();
+    }
+    let mut open = TokenMask::new_full(V);
+    for id in (0..V as u32).step_by(V / 16_384).take(16_384) {
+        open.disallow(id).unwrap();
+    }
+    // Without a top-k, nearly open means at most 2,048 disallowed.
+    let mut open_hist = TokenMask::new_full(V);
+    for id in (0..V as u32).step_by(V / 2048).take(2048) {
+        open_hist.disallow(id).unwrap();
+    }
+    let adjusted = qwen3
+        .to_builder()
+        .repetition_penalty(1.1)
+        .presence_penalty(0.5)
+        .penalty_window(64)
+        .logit_bias(7, -3.0)
+        .logprobs(5)
+        .build()
+        .unwrap();
+    for (name, m) in [
+        ("sparse", &sparse),
+        ("open", &open),
+        ("open_hist", &open_hist),
+    ] {
+        for params in [
+            qwen3.clone(),
+            SamplingParams::greedy(),
+            SamplingParams::builder().top_p(0.9).build().unwrap(),
+            SamplingParams::builder().min_p(0.05).build().unwrap(),
+            adjusted.clone(),
+        ] {
+            assert_eq!(allocations_while_sampling(params, Some(m)), 0, "{name}");
+        }
+    }
 
     // Every chain stage, warm, each alone after a shared adjusting prefix.
     let stages: Vec<Box<dyn Stage>> = vec![

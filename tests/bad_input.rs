@@ -577,6 +577,104 @@ fn a_mask_of_the_wrong_length_is_a_length_mismatch() {
 }
 
 #[test]
+fn a_bad_logit_is_reported_whatever_the_mask() {
+    // A sparse mask (read as a compact row), a nearly-open one (patches) and a dense one
+    // (the masked copy), over a Qwen3-sized row.
+    let n = QWEN3_ROW;
+    let mut sparse = TokenMask::new_empty(n);
+    let mut open = TokenMask::new_full(n);
+    let mut dense = TokenMask::new_empty(n);
+    for id in 0..n as TokenId {
+        if id % 1000 == 10 {
+            sparse.allow(id).unwrap();
+        }
+        if id % 1000 == 20 {
+            open.disallow(id).unwrap();
+        }
+        if id % 2 == 0 {
+            dense.allow(id).unwrap();
+        }
+    }
+    for (name, mask) in [("sparse", &sparse), ("open", &open), ("dense", &dense)] {
+        // One allowed and one disallowed position.
+        let allowed = (0..n as TokenId).find(|&i| mask.is_allowed(i)).unwrap();
+        let disallowed = (0..n as TokenId).find(|&i| !mask.is_allowed(i)).unwrap();
+        for at in [allowed, disallowed] {
+            for (bad, want) in [
+                (f32::NAN, Error::NanLogit { index: at as usize }),
+                (f32::INFINITY, Error::InfiniteLogit { index: at as usize }),
+            ] {
+                let mut row = vec![0.0f32; n];
+                row[at as usize] = bad;
+                let mut s = sampler(n);
+                assert_eq!(
+                    s.sample_masked(&row, mask),
+                    Err(want.clone()),
+                    "{name} {at}"
+                );
+                let h: Vec<f16> = row.iter().map(|&x| f16::from_f32(x)).collect();
+                assert_eq!(s.sample_masked(&h, mask), Err(want.clone()), "{name} {at}");
+                let b: Vec<bf16> = row.iter().map(|&x| bf16::from_f32(x)).collect();
+                assert_eq!(s.sample_masked(&b, mask), Err(want), "{name} {at}");
+                assert!(s.history().generated().is_empty());
+            }
+        }
+        // A bias that overflows to +inf at a disallowed token is masked away, as the mask
+        // comes after the bias; at an allowed token it is refused.
+        for (at, ok) in [(disallowed, true), (allowed, false)] {
+            let p = SamplingParams::builder()
+                .logit_bias(at, f32::MAX)
+                .build()
+                .unwrap();
+            let mut row = vec![0.0f32; n];
+            row[at as usize] = f32::MAX;
+            let got = with(p, n).sample_masked(&row, mask);
+            if ok {
+                assert!(mask.is_allowed(got.unwrap().token), "{name}");
+            } else {
+                assert_eq!(
+                    got,
+                    Err(Error::InfiniteLogit { index: at as usize }),
+                    "{name}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn grammar_errors_become_error_grammar() {
+    use logits::grammar::{GrammarError, GrammarMask, TokenKind, TokenSet, Vocab};
+    use std::sync::Arc;
+    let vocab = Arc::new(
+        Vocab::new(
+            vec![b"a".to_vec(), b"b".to_vec(), b"<eos>".to_vec()],
+            vec![TokenKind::Text, TokenKind::Text, TokenKind::Special],
+            vec![2],
+        )
+        .unwrap(),
+    );
+    // An invalid constraint, through `?`.
+    let build = || -> Result<TokenSet, Error> { Ok(TokenSet::single(&vocab, [])?) };
+    assert!(matches!(
+        build(),
+        Err(Error::Grammar(GrammarError::InvalidGrammar { .. }))
+    ));
+    // A step after end-of-sequence.
+    let set = TokenSet::single(&vocab, [0]).unwrap();
+    let mut stage = GrammarMask::new(Box::new(set), vocab.clone());
+    let mut s = sampler(3);
+    let row = [0.0f32; 3];
+    assert_eq!(stage.sample(&mut s, &row).unwrap().0.token, 0);
+    assert_eq!(stage.sample(&mut s, &row).unwrap().0.token, 2);
+    assert_eq!(
+        stage.sample(&mut s, &row).map(|(x, _)| x.token),
+        Err(Error::Grammar(GrammarError::AlreadyFinished))
+    );
+    assert_eq!(s.history().generated(), &[0, 2]);
+}
+
+#[test]
 fn a_batch_of_the_wrong_size_is_a_length_mismatch() {
     let mut batch = BatchSampler::new(vec![sampler(4), sampler(4)]);
     assert_eq!(

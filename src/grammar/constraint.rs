@@ -3,9 +3,13 @@
 
 use std::sync::Arc;
 
+use crate::element::Logit;
+use crate::error::Error;
 use crate::grammar::error::GrammarError;
 use crate::grammar::vocab::{TokenKind, Vocab};
 use crate::mask::TokenMask;
+use crate::sample::Sample;
+use crate::sampler::Sampler;
 use crate::TokenId;
 
 /// Where a constrained sequence stands.
@@ -307,6 +311,79 @@ impl GrammarMask {
         self.fresh = None;
         self.committed += 1;
         self.constraint.status()
+    }
+
+    /// One constrained step: computes the mask, samples from `logits` under it with
+    /// [`Sampler::sample_masked`] and commits the token. Returns the sample and the status
+    /// after the token ([`Status::Finished`] when it is end-of-sequence).
+    ///
+    /// This is a method of the grammar stage rather than of the [`Sampler`]: the stage
+    /// owns the step's order (mask, draw, commit) and the rule that a drawn token is
+    /// committed, while the sampler stays a plain consumer of masks, usable with any
+    /// mask source.
+    ///
+    /// Either both states advance or neither does:
+    /// - an error of [`compute`](Self::compute) (after end-of-sequence, an empty mask, an
+    ///   engine failure) or of the sampler (a bad row, every allowed token banned) changes
+    ///   nothing;
+    /// - if the commit fails (an engine failure), the drawn token is taken back out of the
+    ///   sampler's history with [`Sampler::rollback`]`(1)`, so the sampler's next draw
+    ///   uses the same uniform again, and the grammar is as before (a failed commit leaves
+    ///   its state unchanged);
+    /// - if the engine took the token but then failed to report the new status, both keep
+    ///   the token (as after [`commit`](Self::commit) returning that error) and the error
+    ///   is returned.
+    ///
+    /// # Example
+    /// ```
+    /// use std::sync::Arc;
+    /// use logits::grammar::{Choice, GrammarMask, Status, TokenKind, Vocab};
+    /// use logits::{Sampler, SamplingParams};
+    ///
+    /// let vocab = Arc::new(Vocab::new(
+    ///     vec![b"y".to_vec(), b"es".to_vec(), b"no".to_vec(), b"<eos>".to_vec()],
+    ///     vec![TokenKind::Text, TokenKind::Text, TokenKind::Text, TokenKind::Special],
+    ///     vec![3],
+    /// )?);
+    /// let mut stage = GrammarMask::new(Box::new(Choice::new(vocab.clone(), &["yes", "no"])?), vocab.clone());
+    /// let mut sampler = Sampler::new(SamplingParams::builder().seed(7).build()?, 4)?;
+    ///
+    /// // The model's favourites ("es", end-of-sequence) cannot come first.
+    /// let logits = [0.5f32, 2.0, 0.1, 3.0];
+    /// let mut text = Vec::new();
+    /// loop {
+    ///     let (out, status) = stage.sample(&mut sampler, &logits)?;
+    ///     if status == Status::Finished {
+    ///         break;
+    ///     }
+    ///     text.extend_from_slice(vocab.bytes(out.token));
+    /// }
+    /// assert!(text == b"yes" || text == b"no");
+    /// assert_eq!(sampler.history().generated().len(), stage.committed());
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Grammar`] for the errors of [`compute`](Self::compute) and
+    /// [`commit`](Self::commit); the errors of [`Sampler::sample_masked`], including
+    /// [`Error::LengthMismatch`] when the sampler's vocabulary is not this stage's.
+    pub fn sample<T: Logit>(
+        &mut self,
+        sampler: &mut Sampler,
+        logits: &[T],
+    ) -> Result<(Sample, Status), Error> {
+        let (mask, _) = self.compute()?;
+        let out = sampler.sample_masked(logits, mask)?;
+        let before = self.committed;
+        match self.commit(out.token) {
+            Ok(status) => Ok((out, status)),
+            Err(e) => {
+                if self.committed == before {
+                    sampler.rollback(1);
+                }
+                Err(e.into())
+            }
+        }
     }
 
     /// The status for the tokens committed so far.
