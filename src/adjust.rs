@@ -204,6 +204,9 @@ pub(crate) struct Overlay {
     marks: Vec<u32>,
     /// How many patches have a slot.
     slotted: usize,
+    /// Set by [`ban_marks`](Self::ban_marks): marks without a patch, which
+    /// [`clear`](Self::clear) must wipe whole.
+    bulk: bool,
 }
 
 impl Overlay {
@@ -213,6 +216,7 @@ impl Overlay {
             slot: vec![UNPATCHED; vocab_size],
             marks: vec![0; vocab_size.div_ceil(32)],
             slotted: 0,
+            bulk: false,
         }
     }
 
@@ -221,7 +225,7 @@ impl Overlay {
         for &(id, _) in &self.patch[..self.slotted] {
             self.slot[id as usize] = UNPATCHED;
         }
-        if self.patch.len() > self.marks.len() / 8 {
+        if self.bulk || self.patch.len() > self.marks.len() / 8 {
             // Many patches (a nearly-open mask's bans): one memset of the bitset costs
             // less than a store per patch.
             self.marks.fill(0);
@@ -233,6 +237,7 @@ impl Overlay {
         }
         self.patch.clear();
         self.slotted = 0;
+        self.bulk = false;
     }
 
     /// True when token `id` has a patch.
@@ -281,6 +286,25 @@ impl Overlay {
         // One write per word: setting the bits one by one would chain each through
         // memory.
         self.marks[w] = marked | bits;
+    }
+
+    /// Bans every token whose bit is clear in `allowed` (a mask's words) by its mark
+    /// alone: a token the bias or a penalty patched gets `-inf` in its patch, the others
+    /// get no patch. Only for the passes that skip every marked token and never look a
+    /// ban up in `patch` (the one-pass top-k selection and greedy), for which a mask of
+    /// any density then costs one vectorised pass over its words. Bits past the last
+    /// token may end up marked; no token has those ids.
+    pub(crate) fn ban_marks(&mut self, allowed: &[u32]) {
+        for (id, l) in &mut self.patch[..self.slotted] {
+            let i = *id as usize;
+            if allowed[i / 32] & (1 << (i % 32)) == 0 {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        for (m, &a) in self.marks.iter_mut().zip(allowed) {
+            *m |= !a;
+        }
+        self.bulk = true;
     }
 
     /// The maximum of `row` over the tokens without a patch (`-inf` when there are none),

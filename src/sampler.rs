@@ -74,23 +74,23 @@ const MIN_P_NEAR: usize = 4096;
 /// (see `BENCHMARKS.md`).
 const SPARSE_MAX: usize = MIN_P_NEAR;
 
+/// [`SPARSE_MAX`] for greedy and a top-k of the one-pass selection, whose alternative is
+/// to mark the disallowed tokens (about 2.4 us at 151,936 logits, whatever the mask):
+/// gathering costs about 3.5 ns per allowed token spread over the row, and Qwen3's chain
+/// under marks took 17.5 us in all against 13 us on 10 gathered tokens and 34 us on
+/// 4,096, so the compact row is kept for the masks that allow the fewest.
+const SPARSE_MAX_SELECT: usize = 1024;
+
 /// A mask that disallows at most this many tokens becomes `-inf` patches over the
 /// caller's row (with the bias and penalty patches), which is then never copied, when
-/// the cut is greedy or has a top-k: the passes then look at a patch only when it would
-/// enter the top k.
+/// the cut has no top-k: the histogram passes walk every patch a few times per step, so
+/// the masked copy wins beyond. With top-p 0.95 alone at 151,936 logits: 461 us against
+/// 517 us through the copy under 512 patches, 519 us against 528 us under 2,048, 553 us
+/// against 499 us under 4,096 (min-p and the plain draw stay ahead longer).
 ///
-/// A patch costs a few nanoseconds to build and to clear. With Qwen3's chain at 151,936
-/// logits, sampling under 16,384 patches took 51 us against 103 us through the masked
-/// copy, and under 32,768 patches 115 us against 107 us (see `BENCHMARKS.md`): this
-/// bound keeps the patches clearly ahead.
-const OPEN_MAX: usize = 16_384;
-
-/// [`OPEN_MAX`] for the other cuts (top-p, min-p or none, without a top-k): their
-/// histogram passes walk every patch a few times per step, so the masked copy wins
-/// sooner. With top-p 0.95 alone at 151,936 logits: 461 us against 517 us through the
-/// copy under 512 patches, 519 us against 528 us under 2,048, 553 us against 499 us
-/// under 4,096 (min-p and the plain draw stay ahead longer).
-const OPEN_MAX_HIST: usize = 2048;
+/// Greedy and a top-k of the one-pass selection need no patch at all: a mask of any
+/// density becomes marks that the selection skips (see [`Sampler::selects_only`]).
+const OPEN_MAX: usize = 2048;
 
 /// What to do with the adjusted row.
 #[derive(Debug)]
@@ -262,12 +262,15 @@ impl Sampler {
     ///   same as through the masked copy, bit for bit: the compact row leaves out only
     ///   `-inf` entries, which no stage counts (`min_tokens_to_keep` never keeps a banned
     ///   token), and keeps the order that breaks ties;
-    /// - **nearly open** (at most 16,384 disallowed with a top-k or greedy, 2,048
-    ///   otherwise; e.g. inside a JSON string): the disallowed tokens become `-inf`
-    ///   patches over the row next to the bias and penalty patches, and the row is read
-    ///   in place. The same cuts and token as through the masked copy; probabilities may
-    ///   differ in the last bits, since the histogram's bucket sums take the patched
-    ///   tokens out by subtraction;
+    /// - **greedy, or a top-k of at most 256** (Qwen3's chain), any other mask: the
+    ///   disallowed tokens are marked in a bitset that the one-pass selection consults
+    ///   for the few entries that beat its running threshold, and the row is read in
+    ///   place. The same result as through the masked copy;
+    /// - **nearly open** (otherwise, at most 2,048 disallowed; e.g. inside a JSON
+    ///   string): the disallowed tokens become `-inf` patches over the row next to the
+    ///   bias and penalty patches, and the row is read in place. The same cuts and token
+    ///   as through the masked copy; probabilities may differ in the last bits, since the
+    ///   histogram's bucket sums take the patched tokens out by subtraction;
     /// - **otherwise** the row is copied to `f32` and the mask written into the copy.
     ///
     /// A user [`LogitsProcessor`] needs the whole row, so with one the copy is always
@@ -369,10 +372,10 @@ impl Sampler {
         let row = adjust::check_input(self.vocab_size, row, mask)?;
         if let (Some(mask), true) = (mask, self.processors.is_empty()) {
             let allowed = count_allowed(mask);
-            if allowed <= SPARSE_MAX {
+            if allowed <= self.sparse_max() {
                 return self.run_sparse(row, mask, goal);
             }
-            if self.vocab_size.saturating_sub(allowed) <= self.open_max() {
+            if self.selects_only() || self.vocab_size.saturating_sub(allowed) <= OPEN_MAX {
                 return self.run_overlay(row, Some(mask), goal);
             }
         }
@@ -389,13 +392,25 @@ impl Sampler {
         }
     }
 
-    /// The most disallowed tokens a mask may have to be read as patches.
-    fn open_max(&self) -> usize {
-        if self.params.is_greedy() || self.params.top_k().is_some() {
-            OPEN_MAX
+    /// The most allowed tokens a mask may have to be read as a compact row: [`SPARSE_MAX`],
+    /// or [`SPARSE_MAX_SELECT`] when the marks are the alternative.
+    fn sparse_max(&self) -> usize {
+        if self.selects_only() {
+            SPARSE_MAX_SELECT
         } else {
-            OPEN_MAX_HIST
+            SPARSE_MAX
         }
+    }
+
+    /// True when the cut only selects the best tokens: greedy, or a top-k the one-pass
+    /// selection takes. That selection skips every marked token as it scans, so a mask
+    /// of any density is applied as marks over the caller's row, with no patch per
+    /// banned token (a mask stage of one pass over the mask's words).
+    fn selects_only(&self) -> bool {
+        let p = &self.params;
+        p.is_greedy()
+            || p.top_k()
+                .is_some_and(|k| k.max(p.min_tokens_to_keep()) <= top_k::SMALL_K)
     }
 
     /// `goal` on the caller's row under patches: the bias and the penalties, and `-inf`
@@ -415,11 +430,16 @@ impl Sampler {
     /// Fills `scratch.overlay` with the bias and penalty patches, then bans every token
     /// `ban` disallows.
     fn build_patches<T: Logit>(&mut self, row: &[T], ban: Option<&TokenMask>) {
+        let marks_only = self.selects_only();
         let window = penalty_window(&self.params, &self.seq);
         let s = &mut self.scratch;
         s.overlay.build(row, &self.params, window, &mut s.counts);
         if let Some(mask) = ban {
-            for_each_word(mask, true, |w, bits| s.overlay.ban_word(w, bits));
+            if marks_only {
+                s.overlay.ban_marks(mask.words());
+            } else {
+                for_each_word(mask, true, |w, bits| s.overlay.ban_word(w, bits));
+            }
         }
     }
 
@@ -484,14 +504,20 @@ impl Sampler {
     pub fn mask_stage<T: Logit>(&mut self, logits: &[T], mask: &TokenMask) -> Result<usize, Error> {
         let row = adjust::check_input(self.vocab_size, logits, Some(mask))?;
         let allowed = count_allowed(mask);
-        if self.processors.is_empty() && allowed <= SPARSE_MAX {
+        if self.processors.is_empty() && allowed <= self.sparse_max() {
             self.gather(row, mask);
             return Ok(self.scratch.compact.len());
         }
-        if self.processors.is_empty() && self.vocab_size.saturating_sub(allowed) <= self.open_max()
+        if self.processors.is_empty()
+            && (self.selects_only() || self.vocab_size.saturating_sub(allowed) <= OPEN_MAX)
         {
             self.build_patches(row, Some(mask));
-            let n = self.scratch.overlay.patch.len();
+            let n = if self.selects_only() {
+                // Marks: one per disallowed token, and no patch for them.
+                self.vocab_size - allowed
+            } else {
+                self.scratch.overlay.patch.len()
+            };
             self.scratch.overlay.clear();
             return Ok(n);
         }

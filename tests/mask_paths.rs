@@ -21,16 +21,36 @@ use proptest::prelude::*;
 
 /// The sparse regime's bound on allowed tokens.
 const SPARSE_MAX: usize = 4096;
-/// The nearly-open regime's bound on disallowed tokens, with a top-k or greedy.
-const OPEN_MAX: usize = 16_384;
-/// The same without a top-k.
-const OPEN_MAX_HIST: usize = 2048;
+/// The same with greedy or a top-k of at most 256, where the marks are the alternative.
+const SPARSE_MAX_SELECT: usize = 1024;
 
-fn open_max(p: &SamplingParams) -> usize {
-    if p.is_greedy() || p.top_k().is_some() {
-        OPEN_MAX
+fn selects_only(p: &SamplingParams) -> bool {
+    p.is_greedy()
+        || p.top_k()
+            .is_some_and(|k| k.max(p.min_tokens_to_keep()) <= 256)
+}
+
+fn sparse_max(p: &SamplingParams) -> usize {
+    if selects_only(p) {
+        SPARSE_MAX_SELECT
     } else {
-        OPEN_MAX_HIST
+        SPARSE_MAX
+    }
+}
+/// The nearly-open regime's bound on disallowed tokens (patches), without a top-k.
+const OPEN_MAX: usize = 2048;
+
+/// The most disallowed tokens a mask may have to be read over the caller's row: any
+/// number with greedy or a top-k of at most 256 (marks that the selection skips),
+/// [`OPEN_MAX`] otherwise.
+fn open_max(p: &SamplingParams) -> usize {
+    if p.is_greedy()
+        || p.top_k()
+            .is_some_and(|k| k.max(p.min_tokens_to_keep()) <= 256)
+    {
+        usize::MAX
+    } else {
+        OPEN_MAX
     }
 }
 
@@ -74,7 +94,7 @@ fn make_row(shape: u8, n: usize, bad: u8, seed: u64) -> Vec<f32> {
             1 => (0.5 * r.unit()) as f32,
             2 => (r.next() % 7) as f32 * 0.5,
             _ => {
-                if r.next() % 3 == 0 {
+                if r.next().is_multiple_of(3) {
                     f32::NEG_INFINITY
                 } else {
                     (6.0 * r.unit() - 3.0) as f32
@@ -155,10 +175,12 @@ fn allowed_count(n: usize) -> impl Strategy<Value = usize> {
         n - 1,
         SPARSE_MAX,
         SPARSE_MAX + 1,
+        SPARSE_MAX_SELECT,
+        SPARSE_MAX_SELECT + 1,
         n.saturating_sub(OPEN_MAX),
         n.saturating_sub(OPEN_MAX + 1),
-        n.saturating_sub(OPEN_MAX_HIST),
-        n.saturating_sub(OPEN_MAX_HIST + 1),
+        n.saturating_sub(16_384),
+        n / 2,
     ];
     picks.retain(|&c| c <= n);
     prop_oneof![
@@ -294,7 +316,8 @@ fn sampler(c: &Case, dense: bool) -> Sampler {
 /// path's in the last bits.
 fn open_regime(c: &Case) -> bool {
     let allowed = c.mask.count_allowed();
-    allowed > SPARSE_MAX && c.row.len() - allowed <= open_max(&c.params)
+    // (The marks of greedy and top-k change no sum: that path must match exactly.)
+    !selects_only(&c.params) && allowed > SPARSE_MAX && c.row.len() - allowed <= OPEN_MAX
 }
 
 fn same_sample(
@@ -451,7 +474,7 @@ proptest! {
         }
         let row = vec![0.5f32; n];
         for params in [SamplingParams::default(), SamplingParams::greedy()] {
-            let want = if count <= SPARSE_MAX {
+            let want = if count <= sparse_max(&params) {
                 count
             } else if n - count <= open_max(&params) {
                 n - count
