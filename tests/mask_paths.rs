@@ -41,14 +41,13 @@ fn sparse_max(p: &SamplingParams) -> usize {
 const OPEN_MAX: usize = 2048;
 
 /// The most disallowed tokens a mask may have to be read over the caller's row: any
-/// number with greedy or a top-k of at most 256 (marks that the selection skips),
-/// [`OPEN_MAX`] otherwise.
+/// number with greedy or a top-k of at most 256 (marks that the selection skips), none
+/// with top-p alone (the masked copy), [`OPEN_MAX`] otherwise (patches).
 fn open_max(p: &SamplingParams) -> usize {
-    if p.is_greedy()
-        || p.top_k()
-            .is_some_and(|k| k.max(p.min_tokens_to_keep()) <= 256)
-    {
+    if selects_only(p) {
         usize::MAX
+    } else if p.top_p() < 1.0 {
+        0
     } else {
         OPEN_MAX
     }
@@ -317,7 +316,7 @@ fn sampler(c: &Case, dense: bool) -> Sampler {
 fn open_regime(c: &Case) -> bool {
     let allowed = c.mask.count_allowed();
     // (The marks of greedy and top-k change no sum: that path must match exactly.)
-    !selects_only(&c.params) && allowed > SPARSE_MAX && c.row.len() - allowed <= OPEN_MAX
+    !selects_only(&c.params) && allowed > SPARSE_MAX && c.row.len() - allowed <= open_max(&c.params)
 }
 
 fn same_sample(
@@ -593,7 +592,8 @@ fn a_disallowed_maximum_under_patches() {
                 generated: vec![],
                 u: 0.37,
             };
-            assert!(open_regime(&c));
+            // (Top-p without top-k takes the masked copy; the others the patches.)
+            assert_eq!(open_regime(&c), c.params.top_p() >= 1.0);
             check_all_types(&c).unwrap();
             let mut s = sampler(&c, false);
             let mut dist = Vec::new();
