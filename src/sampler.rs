@@ -761,12 +761,12 @@ impl Sampler {
         // stays below `NUCLEUS_MAX`.
         if top_p < 1.0 && s.overlay.patch.is_empty() && keep <= NUCLEUS_MAX {
             let mut cap = keep.max(NUCLEUS);
-            let mut frame = None;
+            let mut mass = None;
             s.weight.clear();
             loop {
                 top_k::select_buffered(adj, cap, &mut s.keys, &mut s.cand)?;
                 let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
-                let (z, err) = *frame.get_or_insert_with(|| {
+                let (z, err) = *mass.get_or_insert_with(|| {
                     if precise {
                         (crate::mass::precise(adj, max, t), 0.0)
                     } else {
@@ -814,9 +814,11 @@ impl Sampler {
                     // for the histogram to settle), or a large nucleus (a flat row).
                     break;
                 }
+                // (At least twice as many: the loop ends within two more selections.)
                 cap = (next as usize)
                     .next_power_of_two()
-                    .clamp(2 * cap, NUCLEUS_MAX);
+                    .max(2 * cap)
+                    .min(NUCLEUS_MAX);
             }
         }
         // No top-k: the histogram.

@@ -469,6 +469,25 @@ fn top_p_nuclei_of_every_size_match_reference() {
             }
         }
     }
+    // A `min_tokens_to_keep` of 2,500 starts the selection there; the nucleus needs a
+    // second, capped at 4,096.
+    let mut row = vec![f32::NEG_INFINITY; n];
+    row[..2_600].fill(0.0);
+    let params = SamplingParams::builder()
+        .top_p(0.999)
+        .min_tokens_to_keep(2_500)
+        .build()
+        .unwrap();
+    for u in [0.0, 0.5, 0.999] {
+        let c = Case {
+            row: row.clone(),
+            params: params.clone(),
+            prompt: Vec::new(),
+            mask: None,
+            u,
+        };
+        check(&c, &c.row, &c.row).unwrap();
+    }
     assert!(sizes.iter().any(|&s| s <= 1024), "{sizes:?}");
     assert!(sizes.iter().any(|&s| s > 1024 && s <= 2048), "{sizes:?}");
     assert!(sizes.iter().any(|&s| s > 4096), "{sizes:?}");
