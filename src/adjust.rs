@@ -311,15 +311,7 @@ impl Overlay {
     /// for a row already checked for NaN. One pass, 32 entries (one word of marks) at a
     /// time, with the marked entries left out lane by lane.
     pub(crate) fn unpatched_max<T: Logit>(&self, row: &[T]) -> f32 {
-        const BITS: [u32; 32] = {
-            let mut bits = [0u32; 32];
-            let mut j = 0;
-            while j < 32 {
-                bits[j] = 1 << j;
-                j += 1;
-            }
-            bits
-        };
+        use crate::mask::BITS;
         let mut lanes = [f32::NEG_INFINITY; 32];
         let chunks = row.chunks_exact(32);
         let rem = chunks.remainder();

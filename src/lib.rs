@@ -149,6 +149,8 @@ mod sampler;
 mod scratch;
 mod simd;
 mod temperature;
+#[cfg(test)]
+mod test_rows;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod top_k;

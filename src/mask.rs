@@ -3,6 +3,19 @@
 use crate::error::Error;
 use crate::TokenId;
 
+/// Bit `j` of a mask word at index `j`: a per-lane constant, so that a loop over the 32
+/// entries of a word compiles to branch-free vector and/compare/select instead of 32
+/// data-dependent branches.
+pub(crate) const BITS: [u32; 32] = {
+    let mut bits = [0u32; 32];
+    let mut j = 0;
+    while j < 32 {
+        bits[j] = 1 << j;
+        j += 1;
+    }
+    bits
+};
+
 /// A set of allowed token ids, stored as a bitset of `u32` words.
 ///
 /// Bit `id % 32` of word `id / 32` is set when token `id` may come next. This is the layout
@@ -147,17 +160,6 @@ impl TokenMask {
                 actual: logits.len(),
             });
         }
-        // Bit j of a word, as a per-lane constant so the mixed-word loop compiles to
-        // branch-free vector and/compare/select instead of 32 data-dependent branches.
-        const BITS: [u32; 32] = {
-            let mut bits = [0u32; 32];
-            let mut j = 0;
-            while j < 32 {
-                bits[j] = 1 << j;
-                j += 1;
-            }
-            bits
-        };
         let mut chunks = logits.chunks_exact_mut(32);
         for (chunk, &word) in (&mut chunks).zip(&self.words) {
             match word {

@@ -127,18 +127,7 @@ mod tests {
             (64, 3e38, 4e37),
             (64, 1e30, 2.0),
         ] {
-            let mut row: Vec<f32> = (0..n)
-                .map(|i| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    if i % 101 == 7 {
-                        f32::NEG_INFINITY
-                    } else {
-                        ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
-                    }
-                })
-                .collect();
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
             row[n / 3] = 8.0 * scale.min(1e3);
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let truth = exact(&row, max, t);

@@ -134,18 +134,7 @@ mod tests {
             (4_097, 0.3, 0.6),
             (33, 40.0, 1.7),
         ] {
-            let row: Vec<f32> = (0..n)
-                .map(|i| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    if i % 97 == 5 {
-                        f32::NEG_INFINITY
-                    } else {
-                        ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
-                    }
-                })
-                .collect();
+            let row = crate::test_rows::uniform_row(&mut x, n, scale, 97, 5);
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let f = Frame::new(max, t);
             let ov = Overlay::new(n);
