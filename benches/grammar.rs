@@ -6,14 +6,16 @@
 //! (p50 / p99 / max, cold first pass and warm passes on clones), then runs criterion for
 //! compile time, mask application, and sampling under a mask:
 //!
-//! - `sample/qwen3`: `Sampler::sample` with Qwen3's chain (temperature 0.6, top-k 20,
-//!   top-p 0.95) on a peaked row of 151,936 `f32`, no mask: the baseline;
+//! - `sample/<chain>`: `Sampler::sample` on a peaked row of 151,936 `f32`, no mask: the
+//!   baseline; `qwen3` is Qwen3's chain (temperature 0.6, top-k 20, top-p 0.95), `top-p`
+//!   top-p 0.95 alone, `min-p` min-p 0.05 alone, `draw` the plain draw;
 //! - `sample_masked/<mask>`: the same with the mask, as the sampler chooses to read it;
 //! - `sample_masked_dense/<mask>`: the same, forced through the masked copy of the row
 //!   (a processor that changes nothing takes the dense path), for comparison;
 //! - `mask_stage/<mask>`: the mask stage alone (`Sampler::mask_stage`): the gather of
-//!   the allowed tokens, the `-inf` patches, or the copy, mask and re-check of the row;
-//! - `mask_stage_dense/<mask>`: the dense path's mask stage on the same mask.
+//!   the allowed tokens or the marks of the disallowed ones;
+//! - `mask_stage_dense/<mask>`: the dense path's mask stage on the same mask (the copy,
+//!   mask and re-check of the row).
 
 use std::hint::black_box;
 use std::io::Read;
@@ -180,11 +182,26 @@ fn sampler(params: SamplingParams, dense: bool) -> Sampler {
     s
 }
 
+/// Top-p 0.95 alone, min-p 0.05 alone, the plain draw.
+fn top_p() -> SamplingParams {
+    SamplingParams::builder()
+        .top_p(0.95)
+        .build()
+        .expect("params")
+}
+
+fn min_p() -> SamplingParams {
+    SamplingParams::builder()
+        .min_p(0.05)
+        .build()
+        .expect("params")
+}
+
 /// `Sampler::sample` without a mask, the baseline of `bench_sample_masked`.
-fn bench_sample(c: &mut Criterion) {
+fn bench_sample(c: &mut Criterion, name: &str, params: SamplingParams) {
     let row = peaked_row();
-    let mut s = sampler(qwen3(), false);
-    c.bench_function("sample/qwen3", |b| {
+    let mut s = sampler(params, false);
+    c.bench_function(&format!("sample/{name}"), |b| {
         b.iter(|| {
             let out = s.sample(black_box(&row)).expect("sample");
             s.rollback(1);
@@ -266,26 +283,29 @@ fn main() {
     }
     half.clear_tail();
     bench_apply(&mut c, "random-half", &half);
-    bench_sample(&mut c);
-    bench_sample_masked(&mut c, "random-half", &half, qwen3());
-    // At the bounds of the regimes: 4,096 allowed (the compact row), 16,384 disallowed
-    // (patches), 16,385 disallowed (the first dense mask).
-    for (name, allowed) in [
-        ("spread-4096", 4096),
-        ("open-16384", N_LOGITS - 16_384),
-        ("open-16385", N_LOGITS - 16_385),
+    for (name, params) in [
+        ("qwen3", qwen3()),
+        ("top-p", top_p()),
+        ("min-p", min_p()),
+        ("draw", SamplingParams::default()),
     ] {
-        bench_sample_masked(&mut c, name, &spread_mask(allowed, 0x2545_F491), qwen3());
+        bench_sample(&mut c, name, params.clone());
+        bench_sample_masked(&mut c, &format!("random-half-{name}"), &half, params);
     }
-    // Without a top-k the histogram passes walk every patch: top-p alone at the bound of
-    // its regime (2,048 disallowed), with the row's maximum allowed, then disallowed (the
-    // costliest case of the patches: the maximum of the other tokens is looked up).
+    // At the bound between the compact row and the marks: 1,024 allowed with Qwen3's
+    // chain (greedy and top-k), 4,096 otherwise.
+    for (name, allowed, params) in [
+        ("spread-1024-qwen3", 1024, qwen3()),
+        ("spread-1025-qwen3", 1025, qwen3()),
+        ("spread-4096-top-p", 4096, top_p()),
+        ("spread-4097-top-p", 4097, top_p()),
+    ] {
+        bench_sample_masked(&mut c, name, &spread_mask(allowed, 0x2545_F491), params);
+    }
+    // A nearly-open mask (2,048 disallowed) with top-p alone, with the row's maximum
+    // allowed, then disallowed (the maximum of the other tokens is then looked up).
     let row = peaked_row();
     let argmax = (0..N_LOGITS).fold(0, |m, i| if row[i] > row[m] { i } else { m }) as TokenId;
-    let top_p = SamplingParams::builder()
-        .top_p(0.95)
-        .build()
-        .expect("params");
     for (name, banned) in [
         ("open-2048-top-p", false),
         ("open-2048-top-p-no-argmax", true),
@@ -304,7 +324,7 @@ fn main() {
                 m.allow(argmax).expect("in range");
             }
         }
-        bench_sample_masked(&mut c, name, &m, top_p.clone());
+        bench_sample_masked(&mut c, name, &m, top_p());
     }
 
     #[cfg(feature = "llguidance")]
@@ -363,5 +383,6 @@ fn llg(c: &mut Criterion, vocab: &Arc<Vocab>) {
     if let Some((_, m)) = densest.iter().find(|(n, _)| *n == "json") {
         bench_apply(c, "json-in-string", m);
         bench_sample_masked(c, "json-in-string", m, qwen3());
+        bench_sample_masked(c, "json-in-string-top-p", m, top_p());
     }
 }

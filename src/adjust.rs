@@ -180,30 +180,42 @@ pub(crate) fn first_non_finite_of<T: Logit>(row: &[T]) -> Result<(), Error> {
     Ok(())
 }
 
+/// True when token `i`'s bit is set in `marks` (see [`Overlay::marked`]).
+#[inline(always)]
+pub(crate) fn is_marked(marks: &[u32], i: usize) -> bool {
+    marks[i / 32] & (1 << (i % 32)) != 0
+}
+
+/// The bits of `marks` for the [`LANES`] tokens from `i` (a multiple of [`LANES`]) on,
+/// token `i + j` at bit `j`.
+#[inline(always)]
+pub(crate) fn lane_marks(marks: &[u32], i: usize) -> u32 {
+    const _: () = assert!(LANES == 16);
+    marks[i / 32] >> (i & 16)
+}
+
 /// No patch at this token (see [`Overlay`]).
 pub(crate) const UNPATCHED: u32 = u32::MAX;
 
-/// The sparse adjustments (logit bias, penalties, the bans of a nearly-open grammar mask)
-/// as a patch over the untouched row: the few changed tokens with their adjusted values,
-/// instead of an adjusted copy of the whole row.
+/// The sparse adjustments (logit bias, penalties) and a grammar mask's bans as an
+/// overlay on the untouched row: the few changed tokens with their adjusted values, and
+/// one mark per changed or banned token, instead of an adjusted copy of the whole row.
 ///
-/// `marks` has one bit per token, set when the token has a patch; the passes test it for
-/// every token they would otherwise read from the row, and at 19 KB for Qwen3 it stays
-/// in L1. `slot[id]` is the index of token `id` in `patch` for the patches of the bias and
-/// the penalties, or [`UNPATCHED`]. Bans come last and take no slot (a marked token
-/// without a slot is a ban, whose value is `-inf`), so banning thousands of tokens never
-/// touches the 600 KB slot array. [`Overlay::clear`] costs `O(patches)`.
+/// `marks` has one bit per token, set when the token has a patch or is banned; the passes
+/// test it for every token they would otherwise read from the row, and at 19 KB for Qwen3
+/// it stays in L1. `slot[id]` is the index of token `id` in `patch`, or [`UNPATCHED`]. A
+/// ban takes no slot (a marked token without a slot is banned, its value is `-inf`), so
+/// banning a hundred thousand tokens is one pass over the mask's words and never touches
+/// the 600 KB slot array.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Overlay {
     /// `(id, adjusted logit)`: the bias and penalty patches in order of first adjustment
-    /// (`patch[..slotted]`), then the bans.
+    /// (a banned one holds `-inf`).
     pub(crate) patch: Vec<(crate::TokenId, f32)>,
-    /// Per-token index into `patch`, for `patch[..slotted]`.
+    /// Per-token index into `patch`.
     slot: Vec<u32>,
-    /// One bit per token: set when the token has a patch.
+    /// One bit per token: set when the token has a patch or is banned.
     marks: Vec<u32>,
-    /// How many patches have a slot.
-    slotted: usize,
     /// Set by [`ban_marks`](Self::ban_marks): marks without a patch, which
     /// [`clear`](Self::clear) must wipe whole.
     bulk: bool,
@@ -215,19 +227,18 @@ impl Overlay {
             patch: Vec::new(),
             slot: vec![UNPATCHED; vocab_size],
             marks: vec![0; vocab_size.div_ceil(32)],
-            slotted: 0,
             bulk: false,
         }
     }
 
     /// Forgets every patch.
     pub(crate) fn clear(&mut self) {
-        for &(id, _) in &self.patch[..self.slotted] {
+        for &(id, _) in &self.patch {
             self.slot[id as usize] = UNPATCHED;
         }
         if self.bulk || self.patch.len() > self.marks.len() / 8 {
-            // Many patches (a nearly-open mask's bans): one memset of the bitset costs
-            // less than a store per patch.
+            // Bans, or many patches: one memset of the bitset costs less than a store
+            // per patch.
             self.marks.fill(0);
         } else {
             // Every marked bit of a word belongs to a patched token: zero the whole word.
@@ -236,66 +247,54 @@ impl Overlay {
             }
         }
         self.patch.clear();
-        self.slotted = 0;
         self.bulk = false;
+    }
+
+    /// The bitset of the marked tokens (every patched token, and with
+    /// [`ban_marks`](Self::ban_marks) every banned one), or `None` when no token is
+    /// marked. The adjusted row is the caller's row at the unmarked tokens and the
+    /// patches' values at the patched ones; a marked token without a patch is banned.
+    /// The passes that read the row skip the marked tokens as they go, then take the
+    /// patches.
+    #[inline]
+    pub(crate) fn marked(&self) -> Option<&[u32]> {
+        (self.bulk || !self.patch.is_empty()).then_some(&self.marks[..])
+    }
+
+    /// True when [`ban_marks`](Self::ban_marks) banned tokens without a patch: the row's
+    /// maximum may then belong to a banned token.
+    #[inline]
+    pub(crate) fn has_bulk_bans(&self) -> bool {
+        self.bulk
     }
 
     /// True when token `id` has a patch.
     #[inline]
     pub(crate) fn is_patched(&self, id: crate::TokenId) -> bool {
-        let i = id as usize;
-        self.marks[i / 32] & (1 << (i % 32)) != 0
+        is_marked(&self.marks, id as usize)
     }
 
     /// The adjusted value slot of token `id`, created from the row's value if absent.
-    /// Only before the first ban.
+    /// Only before the bans.
     fn entry<T: Logit>(&mut self, row: &[T], id: crate::TokenId) -> &mut f32 {
         let i = id as usize;
         if self.slot[i] == UNPATCHED {
-            debug_assert_eq!(self.slotted, self.patch.len(), "a slot after a ban");
+            debug_assert!(!self.bulk, "a slot after the bans");
             self.slot[i] = self.patch.len() as u32;
             self.patch.push((id, row[i].to_f32()));
             self.marks[i / 32] |= 1 << (i % 32);
-            self.slotted = self.patch.len();
         }
         let s = self.slot[i] as usize;
         &mut self.patch[s].1
     }
 
-    /// Bans the tokens of word `w` (ids `32 w ..`) whose bits are set in `bits`: their
-    /// adjusted values become `-inf`, whatever the other patches made of them (as the
-    /// dense stage masks after the bias and the penalties). Each token is banned at most
-    /// once between two [`clear`](Self::clear)s.
-    #[inline]
-    pub(crate) fn ban_word(&mut self, w: usize, bits: u32) {
-        let marked = self.marks[w];
-        let base = (w * 32) as crate::TokenId;
-        // Tokens the bias or a penalty patched: overwrite their patch.
-        let mut again = bits & marked;
-        while again != 0 {
-            let s = self.slot[(base + again.trailing_zeros()) as usize] as usize;
-            self.patch[s].1 = f32::NEG_INFINITY;
-            again &= again - 1;
-        }
-        let mut fresh = bits & !marked;
-        while fresh != 0 {
-            self.patch
-                .push((base + fresh.trailing_zeros(), f32::NEG_INFINITY));
-            fresh &= fresh - 1;
-        }
-        // One write per word: setting the bits one by one would chain each through
-        // memory.
-        self.marks[w] = marked | bits;
-    }
-
     /// Bans every token whose bit is clear in `allowed` (a mask's words) by its mark
     /// alone: a token the bias or a penalty patched gets `-inf` in its patch, the others
-    /// get no patch. Only for the passes that skip every marked token and never look a
-    /// ban up in `patch` (the one-pass top-k selection and greedy), for which a mask of
-    /// any density then costs one vectorised pass over its words. Bits past the last
-    /// token may end up marked; no token has those ids.
+    /// get no patch. Every pass skips the marked tokens (see [`marked`](Self::marked)),
+    /// so a mask of any density costs one vectorised pass over its words. Bits past the
+    /// last token may end up marked; no token has those ids.
     pub(crate) fn ban_marks(&mut self, allowed: &[u32]) {
-        for (id, l) in &mut self.patch[..self.slotted] {
+        for (id, l) in &mut self.patch {
             let i = *id as usize;
             if allowed[i / 32] & (1 << (i % 32)) == 0 {
                 *l = f32::NEG_INFINITY;

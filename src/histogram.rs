@@ -19,9 +19,10 @@
 //! row directly and take the sparse adjustments (bias, penalties) from an
 //! [`Overlay`].
 
-use crate::adjust::{load, Overlay, BLOCK, LANES};
+use crate::adjust::{is_marked, lane_marks, load, Overlay, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{exp_neg, exp_neg_f32, F32_ABS_ERROR, F32_REL_ERROR};
+use crate::mask::BITS;
 use crate::top_k::order;
 use crate::TokenId;
 
@@ -104,7 +105,7 @@ const ROUND_F32: f32 = 12_582_912.0;
 /// The bucket of a scaled logit computed by [`Frame::s32`]: `d = -16 s` rounded to the
 /// nearest integer (through the exponent trick, which vectorises, unlike a saturating
 /// cast), capped at [`LAST`]. A monotone function of `s`, so bucket order is logit order.
-/// An entry above the maximum (a patched token's raw value) gets bucket 0 or a key
+/// An entry above the maximum (a marked token's raw value) gets bucket 0 or a key
 /// beyond every bucket.
 #[inline(always)]
 fn bucket_of_s32(s: f32) -> u32 {
@@ -175,8 +176,8 @@ pub(crate) fn build<T: Logit>(
             // All in `f32`, so the loop runs on full vectors. `l - max` is rounded to
             // `d`, whose exact error `e` (two-sum) goes back in to first order:
             // e^((d + e) / T) = e^(d / T) (1 + e / T). The scaling's own rounding is in
-            // `error_bound`. (A patched token's raw value above the maximum gets weight 1,
-            // added and taken away again.)
+            // `error_bound`. (A marked token's raw value above the maximum gets weight 1,
+            // in the spare slot.)
             let d = l - f.max;
             let back = d - l;
             let e = (l - (d - back)) + (-f.max - back);
@@ -203,55 +204,15 @@ fn build_with<T: Logit>(
     let mass: &mut [f64; SLOTS] = mass.try_into().expect("histogram size");
     count.iter_mut().for_each(|c| *c = 0);
     mass.iter_mut().for_each(|m| *m = 0.0);
-    let lim = limit as u32;
-    let blocks = row.chunks_exact(BLOCK);
-    let rem_start = row.len() - blocks.remainder().len();
-    for block in blocks {
-        if limit < LAST && block_beyond(block, f, lim) {
-            continue;
-        }
-        for c in block.chunks_exact(LANES) {
-            let v = load(c);
-            let mut w = [0.0f64; LANES];
-            let mut k = [0u32; LANES];
-            for j in 0..LANES {
-                w[j] = weight(f, v[j]);
-                let kj = key(v[j], f);
-                // Tokens outside the histogram go to the spare slot past the last bucket,
-                // so the scatter below needs no branch (and, with the `min`, no bounds
-                // check).
-                k[j] = if kj <= lim { kj } else { BUCKETS as u32 };
-            }
-            for j in 0..LANES {
-                let b = (k[j] as usize).min(BUCKETS);
-                count[b] += 1;
-                mass[b] += w[j];
-            }
-        }
-    }
-    for x in &row[rem_start..] {
-        let l = x.to_f32();
-        let k = key(l, f);
-        if k <= lim {
-            count[k as usize] += 1;
-            mass[k as usize] += weight(f, l);
-        }
+    match overlay.marked() {
+        None => scatter::<T, false>(row, &[], f, limit, count, mass, &weight),
+        Some(marks) => scatter::<T, true>(row, marks, f, limit, count, mass, &weight),
     }
     count[BUCKETS] = 0;
     mass[BUCKETS] = 0.0;
-    // The patched tokens were counted with their raw values: move them.
-    for &(id, l) in &overlay.patch {
-        let raw = row[id as usize].to_f32();
-        let k = key(raw, f);
-        if k <= lim {
-            let k = k as usize;
-            count[k] -= 1;
-            mass[k] = if count[k] == 0 {
-                0.0
-            } else {
-                (mass[k] - weight(f, raw)).max(0.0)
-            };
-        }
+    // The marked tokens were left out: the patched ones count with their values.
+    let lim = limit as u32;
+    for &(_, l) in &overlay.patch {
         let k = key(l, f);
         if k <= lim {
             count[k as usize] += 1;
@@ -260,9 +221,63 @@ fn build_with<T: Logit>(
     }
 }
 
+/// The pass of [`build_with`]: every unmarked token of a bucket `<= limit` adds to its
+/// bucket; the others go to the spare slot `BUCKETS`.
+#[inline(always)]
+fn scatter<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    f: Frame,
+    limit: usize,
+    count: &mut [u32; SLOTS],
+    mass: &mut [f64; SLOTS],
+    weight: &impl Fn(Frame, f32) -> f64,
+) {
+    let lim = limit as u32;
+    let blocks = row.chunks_exact(BLOCK);
+    let rem_start = row.len() - blocks.remainder().len();
+    for (b, block) in blocks.enumerate() {
+        if limit < LAST && block_beyond(block, f, lim) {
+            continue;
+        }
+        for (ci, c) in block.chunks_exact(LANES).enumerate() {
+            let v = load(c);
+            let m = if MARKS {
+                lane_marks(marks, b * BLOCK + ci * LANES)
+            } else {
+                0
+            };
+            let mut w = [0.0f64; LANES];
+            let mut k = [0u32; LANES];
+            for j in 0..LANES {
+                w[j] = weight(f, v[j]);
+                let kj = key(v[j], f);
+                // Tokens outside the histogram, and marked ones, go to the spare slot
+                // past the last bucket, so the scatter below needs no branch (and, with
+                // the `min`, no bounds check).
+                let out = kj > lim || (MARKS && m & BITS[j] != 0);
+                k[j] = if out { BUCKETS as u32 } else { kj };
+            }
+            for j in 0..LANES {
+                let b = (k[j] as usize).min(BUCKETS);
+                count[b] += 1;
+                mass[b] += w[j];
+            }
+        }
+    }
+    for (j, x) in row[rem_start..].iter().enumerate() {
+        let l = x.to_f32();
+        let k = key(l, f);
+        if k <= lim && !(MARKS && is_marked(marks, rem_start + j)) {
+            count[k as usize] += 1;
+            mass[k as usize] += weight(f, l);
+        }
+    }
+}
+
 /// True when every entry of `block` lies in a bucket beyond `lim`, so a pass over buckets
 /// up to `lim` can skip it after one comparison per entry. (An entry above the maximum
-/// is a patched token's raw value: never skipped.)
+/// is a marked token's raw value: never skipped.)
 #[inline(always)]
 fn block_beyond<T: Logit>(block: &[T], f: Frame, lim: u32) -> bool {
     let mut m = [f32::NEG_INFINITY; LANES];
@@ -291,6 +306,34 @@ pub(crate) fn collect<T: Logit>(
     out: &mut Vec<(f32, TokenId)>,
 ) -> bool {
     out.clear();
+    let full = match overlay.marked() {
+        None => gather::<T, false>(row, &[], f, lo, hi, cap, out),
+        Some(marks) => gather::<T, true>(row, marks, f, lo, hi, cap, out),
+    };
+    if !full {
+        return false;
+    }
+    for &(id, l) in &overlay.patch {
+        if (lo..=hi).contains(&(key(l, f) as usize)) {
+            out.push((l, id));
+        }
+    }
+    out.sort_unstable_by(order);
+    true
+}
+
+/// The pass of [`collect`]: the unmarked tokens of buckets `lo..=hi`, unsorted; false
+/// once more than about `cap` were found.
+#[inline(always)]
+fn gather<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    f: Frame,
+    lo: usize,
+    hi: usize,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> bool {
     let (lo, hi) = (lo as u32, hi as u32);
     let blocks = row.chunks_exact(BLOCK);
     let rem_start = row.len() - blocks.remainder().len();
@@ -300,13 +343,14 @@ pub(crate) fn collect<T: Logit>(
         }
         for (ci, c) in block.chunks_exact(LANES).enumerate() {
             let v = load(c);
+            let base = b * BLOCK + ci * LANES;
+            let m = if MARKS { lane_marks(marks, base) } else { 0 };
             let mut inside = [false; LANES];
             for j in 0..LANES {
                 let k = key(v[j], f);
-                inside[j] = k >= lo && k <= hi;
+                inside[j] = k >= lo && k <= hi && !(MARKS && m & BITS[j] != 0);
             }
             if inside.iter().any(|&x| x) {
-                let base = b * BLOCK + ci * LANES;
                 for j in 0..LANES {
                     if inside[j] {
                         out.push((v[j], (base + j) as TokenId));
@@ -320,19 +364,11 @@ pub(crate) fn collect<T: Logit>(
     }
     for (j, x) in row[rem_start..].iter().enumerate() {
         let l = x.to_f32();
-        if (lo..=hi).contains(&key(l, f)) {
-            out.push((l, (rem_start + j) as TokenId));
+        let i = rem_start + j;
+        if (lo..=hi).contains(&key(l, f)) && !(MARKS && is_marked(marks, i)) {
+            out.push((l, i as TokenId));
         }
     }
-    if !overlay.patch.is_empty() {
-        out.retain(|&(_, id)| !overlay.is_patched(id));
-        for &(id, l) in &overlay.patch {
-            if (lo..=hi).contains(&key(l, f)) {
-                out.push((l, id));
-            }
-        }
-    }
-    out.sort_unstable_by(order);
     true
 }
 

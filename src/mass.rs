@@ -22,24 +22,40 @@
 //! the bound is a-posteriori and tight: tokens near the maximum, which carry the mass,
 //! have small `|x|`.
 
-use crate::adjust::{load, BLOCK, LANES};
+use crate::adjust::{is_marked, lane_marks, load, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{exp_neg, exp_neg_f32, F32_ABS_ERROR, F32_REL_ERROR};
+use crate::mask::BITS;
 
 /// `2^-24`, the unit roundoff of `f32`.
 const U32: f64 = 5.960_464_477_539_063e-8;
 
-/// `Z` of `row` relative to `max` (the row's maximum, finite) at temperature `t`, with
-/// `f32` weights, and a bound on `|Z - exact|` (see the module documentation).
+/// `Z` of `row` relative to `max` (the maximum of its unmarked entries, finite) at
+/// temperature `t`, with `f32` weights, and a bound on `|Z - exact|` (see the module
+/// documentation). With `marks`, the tokens whose bit is set count for nothing.
 ///
 /// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
 /// [`simd::row_mass`](crate::simd::row_mass) can compile it for AVX2.
 #[inline(always)]
-pub(crate) fn fast<T: Logit>(row: &[T], max: f32, t: f32) -> (f64, f64) {
+pub(crate) fn fast<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32) -> (f64, f64) {
     if !crate::histogram::f32_weights_hold(t) {
-        let z = precise(row, max, t);
+        let z = precise(row, marks, max, t);
         return (z, z * 1e-14);
     }
+    match marks {
+        None => fast_with::<T, false>(row, &[], max, t),
+        Some(marks) => fast_with::<T, true>(row, marks, max, t),
+    }
+}
+
+/// [`fast`], with the test of the marks compiled in or out.
+#[inline(always)]
+fn fast_with<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    max: f32,
+    t: f32,
+) -> (f64, f64) {
     let inv_t = 1.0 / t;
     // The rounding steps in the argument: the subtraction, and the product unless
     // `1 / T` is 1; `1 / T` itself unless it is exact in `f32`.
@@ -48,31 +64,41 @@ pub(crate) fn fast<T: Logit>(row: &[T], max: f32, t: f32) -> (f64, f64) {
         + f64::from(u8::from(f64::from(inv_t) != 1.0 / f64::from(t)));
     let mut z = [0.0f64; LANES];
     let mut dev = [0.0f32; LANES];
-    let weight = |v: f32, z: &mut f32, dev: &mut f32| {
+    let weight = |v: f32, skip: bool, z: &mut f32, dev: &mut f32| {
         let x = (v - max) * inv_t;
+        // (A marked entry may lie above `max`: its weight is computed at 0, then dropped.)
+        let x = if MARKS && x > 0.0 { 0.0 } else { x };
         let x = if x > -87.0 { x } else { -87.0 };
         let w = exp_neg_f32(x);
+        let w = if MARKS && skip { 0.0 } else { w };
         *z += w;
         *dev += w * -x;
     };
     let blocks = row.chunks_exact(BLOCK);
     let rem = blocks.remainder();
-    for block in blocks {
+    for (b, block) in blocks.enumerate() {
         // Four weights per lane are summed in `f32`, then the lanes join the `f64` sums.
         let mut zb = [0.0f32; LANES];
-        for c in block.chunks_exact(LANES) {
-            let v = load(c);
+        for (c, chunk) in block.chunks_exact(LANES).enumerate() {
+            let v = load(chunk);
+            let m = if MARKS {
+                lane_marks(marks, b * BLOCK + c * LANES)
+            } else {
+                0
+            };
             for j in 0..LANES {
-                weight(v[j], &mut zb[j], &mut dev[j]);
+                weight(v[j], m & BITS[j] != 0, &mut zb[j], &mut dev[j]);
             }
         }
         for j in 0..LANES {
             z[j] += f64::from(zb[j]);
         }
     }
+    let base = row.len() - rem.len();
     for (j, c) in rem.iter().enumerate() {
         let mut zj = 0.0;
-        weight(c.to_f32(), &mut zj, &mut dev[j % LANES]);
+        let skip = MARKS && is_marked(marks, base + j);
+        weight(c.to_f32(), skip, &mut zj, &mut dev[j % LANES]);
         z[j % LANES] += f64::from(zj);
     }
     let z: f64 = z.iter().sum();
@@ -86,21 +112,26 @@ pub(crate) fn fast<T: Logit>(row: &[T], max: f32, t: f32) -> (f64, f64) {
 }
 
 /// `Z` of `row` relative to `max` at temperature `t` with the `f64` [`exp_neg`]
-/// (relative error below `4e-15`).
-pub(crate) fn precise<T: Logit>(row: &[T], max: f32, t: f32) -> f64 {
+/// (relative error below `4e-15`), leaving out the tokens `marks` marks.
+pub(crate) fn precise<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32) -> f64 {
     let inv_t = 1.0 / f64::from(t);
     let max = f64::from(max);
     let mut z = [0.0f64; LANES];
+    let marked = |i: usize| marks.is_some_and(|m| is_marked(m, i));
     let chunks = row.chunks_exact(LANES);
-    let rem = chunks.remainder();
-    for c in chunks {
-        let v = load(c);
+    let base = row.len() - chunks.remainder().len();
+    for (c, chunk) in chunks.enumerate() {
+        let v = load(chunk);
         for j in 0..LANES {
-            z[j] += exp_neg((f64::from(v[j]) - max) * inv_t);
+            if !marked(c * LANES + j) {
+                z[j] += exp_neg(((f64::from(v[j]) - max) * inv_t).min(0.0));
+            }
         }
     }
-    for (j, c) in rem.iter().enumerate() {
-        z[j] += exp_neg((f64::from(c.to_f32()) - max) * inv_t);
+    for (j, x) in row[base..].iter().enumerate() {
+        if !marked(base + j) {
+            z[j] += exp_neg(((f64::from(x.to_f32()) - max) * inv_t).min(0.0));
+        }
     }
     z.iter().sum()
 }
@@ -109,9 +140,11 @@ pub(crate) fn precise<T: Logit>(row: &[T], max: f32, t: f32) -> f64 {
 mod tests {
     use super::*;
 
-    fn exact(row: &[f32], max: f32, t: f32) -> f64 {
+    fn exact(row: &[f32], marks: Option<&[u32]>, max: f32, t: f32) -> f64 {
         row.iter()
-            .map(|&l| ((f64::from(l) - f64::from(max)) / f64::from(t)).exp())
+            .enumerate()
+            .filter(|&(i, _)| !marks.is_some_and(|m| is_marked(m, i)))
+            .map(|(_, &l)| ((f64::from(l) - f64::from(max)) / f64::from(t)).exp())
             .sum()
     }
 
@@ -129,16 +162,36 @@ mod tests {
         ] {
             let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
             row[n / 3] = 8.0 * scale.min(1e3);
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let truth = exact(&row, max, t);
-            let (z, err) = fast(&row, max, t);
-            assert!(
-                (z - truth).abs() <= err,
-                "n {n} t {t}: |{z} - {truth}| > {err}"
-            );
-            assert!(err <= 1e-5 * truth, "bound {err} too loose for {truth}");
-            let p = precise(&row, max, t);
-            assert!((p - truth).abs() <= 1e-13 * truth, "{p} vs {truth}");
+            // Every other word of marks, but not the maximum's, which a marked entry
+            // exceeds.
+            let mut marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| if w % 2 == 1 { 0x8421_0f0f } else { 0 })
+                .collect();
+            marks[n / 3 / 32] = 0;
+            let top = marks.iter().position(|&m| m != 0).map(|w| 32 * w);
+            if let Some(i) = top.filter(|&i| i < n) {
+                row[i] = 9.0 * scale.min(1e3);
+            }
+            let max = if scale < 1e30 {
+                8.0 * scale.min(1e3)
+            } else {
+                row.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+            };
+            for marks in [None, Some(&marks[..])] {
+                let max = match marks {
+                    None => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                    Some(_) => max,
+                };
+                let truth = exact(&row, marks, max, t);
+                let (z, err) = fast(&row, marks, max, t);
+                assert!(
+                    (z - truth).abs() <= err,
+                    "n {n} t {t}: |{z} - {truth}| > {err}"
+                );
+                assert!(err <= 1e-5 * truth, "bound {err} too loose for {truth}");
+                let p = precise(&row, marks, max, t);
+                assert!((p - truth).abs() <= 1e-13 * truth, "{p} vs {truth}");
+            }
         }
     }
 }

@@ -81,17 +81,6 @@ const SPARSE_MAX: usize = MIN_P_NEAR;
 /// 4,096, so the compact row is kept for the masks that allow the fewest.
 const SPARSE_MAX_SELECT: usize = 1024;
 
-/// A mask that disallows at most this many tokens becomes `-inf` patches over the
-/// caller's row (with the bias and penalty patches), which is then never copied, when
-/// the cut has no top-k: the histogram passes walk every patch a few times per step, so
-/// the masked copy wins beyond. With top-p 0.95 alone at 151,936 logits: 461 us against
-/// 517 us through the copy under 512 patches, 519 us against 528 us under 2,048, 553 us
-/// against 499 us under 4,096 (min-p and the plain draw stay ahead longer).
-///
-/// Greedy and a top-k of the one-pass selection need no patch at all: a mask of any
-/// density becomes marks that the selection skips (see [`Sampler::selects_only`]).
-const OPEN_MAX: usize = 2048;
-
 /// What to do with the adjusted row.
 #[derive(Debug)]
 enum Goal<'a> {
@@ -150,9 +139,8 @@ impl Sampler {
             return Err(Error::TokenOutOfRange { id, vocab_size });
         }
         let mut scratch = Scratch::new(vocab_size, SPARSE_MAX.min(vocab_size));
-        // Room for every patch a step can make: the biased tokens, the penalised ones (at
-        // most the window; with no window, `reserve` adds room with the history) and the
-        // tokens a nearly-open mask bans.
+        // Room for every patch a step can make: the biased tokens and the penalised ones
+        // (at most the window; with no window, `reserve` adds room with the history).
         let window = if params.has_penalties() {
             params.penalty_window().unwrap_or(0)
         } else {
@@ -161,7 +149,7 @@ impl Sampler {
         scratch
             .overlay
             .patch
-            .reserve((params.logit_bias().len() + window + OPEN_MAX).min(vocab_size));
+            .reserve((params.logit_bias().len() + window).min(vocab_size));
         Ok(Sampler {
             rng: DrawRng::new(params.seed()),
             params,
@@ -222,10 +210,7 @@ impl Sampler {
     pub fn reserve(&mut self, additional: usize) {
         self.seq.reserve(additional);
         if self.params.has_penalties() && self.params.penalty_window().is_none() {
-            let most = self.params.logit_bias().len()
-                + self.seq.view().tokens().len()
-                + additional
-                + OPEN_MAX;
+            let most = self.params.logit_bias().len() + self.seq.view().tokens().len() + additional;
             let patch = &mut self.scratch.overlay.patch;
             patch.reserve(most.min(self.vocab_size).saturating_sub(patch.len()));
         }
@@ -263,19 +248,18 @@ impl Sampler {
     ///   same as through the masked copy, bit for bit: the compact row leaves out only
     ///   `-inf` entries, which no stage counts (`min_tokens_to_keep` never keeps a banned
     ///   token), and keeps the order that breaks ties;
-    /// - **greedy, or a top-k of at most 256** (Qwen3's chain), any other mask: the
-    ///   disallowed tokens are marked in a bitset that the one-pass selection consults
-    ///   for the few entries that beat its running threshold, and the row is read in
-    ///   place. The same result as through the masked copy;
-    /// - **nearly open** (otherwise, with no top-p, at most 2,048 disallowed): the
-    ///   disallowed tokens become `-inf` patches over the row next to the bias and
-    ///   penalty patches, and the row is read in place. The same cuts and token as
-    ///   through the masked copy; probabilities may differ in the last bits, since the
-    ///   histogram's bucket sums take the patched tokens out by subtraction;
-    /// - **otherwise** the row is copied to `f32` and the mask written into the copy.
+    /// - **any other mask**: the disallowed tokens are marked in a bitset next to the
+    ///   bias and penalty patches (one vectorised pass over the mask's words), and the
+    ///   row is read in place. Every pass skips the marked tokens: the one-pass top-k
+    ///   and greedy selection and top-p's candidate selection test a mark only for the
+    ///   few entries that beat their running threshold; the total mass and the
+    ///   histogram test them in their vector loops. The same result as through the
+    ///   masked copy, bit for bit without bias or penalties; with them, the same cuts
+    ///   and token, and probabilities that may differ in the last bits, since the
+    ///   histogram's bucket sums take the patched tokens in after the row.
     ///
-    /// A user [`LogitsProcessor`] needs the whole row, so with one the copy is always
-    /// made. In every regime the whole row is checked for NaN and `+inf`, disallowed
+    /// A user [`LogitsProcessor`] needs the whole row, so with one the row is copied to
+    /// `f32` and the mask written into the copy. In every regime the whole row is checked for NaN and `+inf`, disallowed
     /// tokens included, and nothing allocates once warm.
     ///
     /// # Errors
@@ -362,8 +346,9 @@ impl Sampler {
     }
 
     /// Stage 1, then `goal` on the adjusted row. Sparse adjustments (bias, penalties)
-    /// become an overlay of patches over the caller's row, which is never copied; a
-    /// mask or a processor needs the whole row, so then the adjusted row is an `f32` copy.
+    /// become an overlay of patches over the caller's row, which is never copied, and a
+    /// mask becomes marks on that overlay, or a compact row when it allows few tokens; a
+    /// processor needs the whole row, so then the adjusted row is an `f32` copy.
     fn run<T: Logit>(
         &mut self,
         row: &[T],
@@ -376,11 +361,9 @@ impl Sampler {
             if allowed <= self.sparse_max() {
                 return self.run_sparse(row, mask, goal);
             }
-            if self.reads_in_place(allowed) {
-                return self.run_overlay(row, Some(mask), goal);
-            }
+            return self.run_overlay(row, Some(mask), goal);
         }
-        if mask.is_some() || !self.processors.is_empty() {
+        if !self.processors.is_empty() {
             let mut dense = std::mem::take(&mut self.scratch.logits);
             self.scratch.overlay.clear();
             let r = adjust::convert_checked(row, &mut dense)
@@ -403,21 +386,10 @@ impl Sampler {
         }
     }
 
-    /// True when a mask allowing `allowed` tokens (more than [`Self::sparse_max`]) is
-    /// read over the caller's row: as marks for greedy and a top-k of the one-pass
-    /// selection; as patches for at most [`OPEN_MAX`] disallowed tokens when the cut has
-    /// no top-p (min-p, the plain draw), since top-p without top-k runs faster on the
-    /// masked copy, where its candidate path applies, than on patches, which send it to
-    /// the histogram (182 us against 344 us at 151,936 logits under 2,048 bans).
-    fn reads_in_place(&self, allowed: usize) -> bool {
-        self.selects_only()
-            || (self.params.top_p() >= 1.0 && self.vocab_size.saturating_sub(allowed) <= OPEN_MAX)
-    }
-
     /// True when the cut only selects the best tokens: greedy, or a top-k the one-pass
-    /// selection takes. That selection skips every marked token as it scans, so a mask
-    /// of any density is applied as marks over the caller's row, with no patch per
-    /// banned token (a mask stage of one pass over the mask's words).
+    /// selection takes. It tests a token's mark only when the token beats its running
+    /// threshold, so marks cost it nearly nothing, and a compact row pays off only for
+    /// the sparsest masks.
     fn selects_only(&self) -> bool {
         let p = &self.params;
         p.is_greedy()
@@ -425,8 +397,8 @@ impl Sampler {
                 .is_some_and(|k| k.max(p.min_tokens_to_keep()) <= top_k::SMALL_K)
     }
 
-    /// `goal` on the caller's row under patches: the bias and the penalties, and `-inf`
-    /// for every token `ban` disallows (a nearly-open mask).
+    /// `goal` on the caller's row under the overlay: the patches of the bias and the
+    /// penalties, and a mark for every token `ban` disallows.
     fn run_overlay<T: Logit>(
         &mut self,
         row: &[T],
@@ -439,19 +411,14 @@ impl Sampler {
         r
     }
 
-    /// Fills `scratch.overlay` with the bias and penalty patches, then bans every token
+    /// Fills `scratch.overlay` with the bias and penalty patches, then marks every token
     /// `ban` disallows.
     fn build_patches<T: Logit>(&mut self, row: &[T], ban: Option<&TokenMask>) {
-        let marks_only = self.selects_only();
         let window = penalty_window(&self.params, &self.seq);
         let s = &mut self.scratch;
         s.overlay.build(row, &self.params, window, &mut s.counts);
         if let Some(mask) = ban {
-            if marks_only {
-                s.overlay.ban_marks(mask.words());
-            } else {
-                for_each_word(mask, true, |w, bits| s.overlay.ban_word(w, bits));
-            }
+            s.overlay.ban_marks(mask.words());
         }
     }
 
@@ -504,9 +471,10 @@ impl Sampler {
 
     /// The mask stage alone, for benchmarks: builds the sampler's view of `logits` under
     /// `mask` as [`sample_masked`](Self::sample_masked) would (the compact row, the
-    /// patches or the masked copy), then discards it. Returns how many entries that view
-    /// holds: the allowed tokens, the patches, or the row's length. The row's NaN/`+inf`
-    /// check is not part of it, except on the dense path, where the copy makes it.
+    /// marks or, with a processor, the masked copy), then discards it. Returns how many
+    /// entries that view holds: the allowed tokens, the marked ones, or the row's length.
+    /// The row's NaN/`+inf` check is not part of it, except on the dense path, where the
+    /// copy makes it.
     ///
     /// Not part of the stable API.
     ///
@@ -520,16 +488,11 @@ impl Sampler {
             self.gather(row, mask);
             return Ok(self.scratch.compact.len());
         }
-        if self.processors.is_empty() && self.reads_in_place(allowed) {
+        if self.processors.is_empty() {
             self.build_patches(row, Some(mask));
-            let n = if self.selects_only() {
-                // Marks: one per disallowed token, and no patch for them.
-                self.vocab_size - allowed
-            } else {
-                self.scratch.overlay.patch.len()
-            };
             self.scratch.overlay.clear();
-            return Ok(n);
+            // Marks: one per disallowed token.
+            return Ok(self.vocab_size - allowed);
         }
         let mut dense = std::mem::take(&mut self.scratch.logits);
         self.scratch.overlay.clear();
@@ -725,7 +688,7 @@ impl Sampler {
         }
         // Min-p alone on an untouched row: one pass finds the maximum and the tokens near
         // it; when they are few, sort them and cut exactly.
-        if top_p >= 1.0 && min_p > 0.0 && s.overlay.patch.is_empty() {
+        if top_p >= 1.0 && min_p > 0.0 && s.overlay.marked().is_none() {
             // In logit units, with a margin of a sixteenth of a nat for rounding.
             let width = (f64::from(t) * (f64::from(min_p).ln() - 1.0 / 16.0)) as f32;
             if let Some(max) = top_k::near_max(adj, width, MIN_P_NEAR, &mut s.cand)? {
@@ -755,23 +718,27 @@ impl Sampler {
                 }
             }
         }
-        // Top-p without top-k on an untouched row: the best `NUCLEUS` tokens, the total
-        // mass from one vectorised pass, and an exact cut among those tokens when the
-        // nucleus lies within them; if it does not, more tokens while their number
-        // stays below `NUCLEUS_MAX`.
-        if top_p < 1.0 && s.overlay.patch.is_empty() && keep <= NUCLEUS_MAX {
+        // Top-p without top-k: the best `NUCLEUS` tokens, the total mass from one
+        // vectorised pass, and an exact cut among those tokens when the nucleus lies
+        // within them; if it does not, more tokens while their number stays below
+        // `NUCLEUS_MAX`.
+        if top_p < 1.0 && keep <= NUCLEUS_MAX {
             let mut cap = keep.max(NUCLEUS);
             let mut mass = None;
             s.weight.clear();
             loop {
-                top_k::select_buffered(adj, cap, &mut s.keys, &mut s.cand)?;
+                top_k::select_buffered(adj, cap, &s.overlay, &mut s.keys, &mut s.cand)?;
                 let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
                 let (z, err) = *mass.get_or_insert_with(|| {
-                    if precise {
-                        (crate::mass::precise(adj, max, t), 0.0)
+                    let ov = &s.overlay;
+                    // The row's unmarked tokens, then the patches (in `f64`).
+                    let (z, err) = if precise {
+                        (crate::mass::precise(adj, ov.marked(), max, t), 0.0)
                     } else {
-                        crate::simd::row_mass(adj, max, t)
-                    }
+                        crate::simd::row_mass(adj, ov.marked(), max, t)
+                    };
+                    let zp: f64 = ov.patch.iter().map(|&(_, l)| scaled(l, max, t).exp()).sum();
+                    (z + zp, err + zp * 1e-15)
                 });
                 // The best `cap` begin with the best of the previous attempt, in the same
                 // order: only the new ones need a weight.
@@ -825,10 +792,12 @@ impl Sampler {
         let raw_max = adjust::max_checked(adj)?;
         let ov = &s.overlay;
         ov.check()?;
-        let lowered_top = ov
-            .patch
-            .iter()
-            .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
+        // (The row's maximum may belong to a banned token, or to one a patch lowered.)
+        let lowered_top = ov.has_bulk_bans()
+            || ov
+                .patch
+                .iter()
+                .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
         let mut max = if lowered_top {
             unpatched_max(adj, ov)
         } else {
@@ -848,7 +817,7 @@ impl Sampler {
             LAST
         };
         let need_total = top_p < 1.0 || min_p <= 0.0;
-        if !need_total && !ov.patch.is_empty() {
+        if !need_total && ov.marked().is_some() {
             // Min-p alone needs no total: when few tokens come near the threshold (a
             // peaked row), take them all in one pass, sort them and cut exactly. (The
             // same as above, for a row with patches.)
@@ -1194,10 +1163,21 @@ fn fill_weights(cand: &[(f32, TokenId)], max: f32, t: f32, weight: &mut Vec<f64>
 }
 
 /// The adjusted row as `f32` into `out` (only for a top-k larger than the one-pass
-/// selection handles).
+/// selection handles): `-inf` at the marked tokens, then the patches.
 fn materialise<U: Logit>(adj: &[U], ov: &adjust::Overlay, out: &mut Vec<f32>) {
     out.clear();
     out.extend(adj.iter().map(|x| x.to_f32()));
+    if let Some(marks) = ov.marked() {
+        for (w, &bits) in marks.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                if let Some(l) = out.get_mut(w * 32 + bits.trailing_zeros() as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+                bits &= bits - 1;
+            }
+        }
+    }
     for &(id, l) in &ov.patch {
         out[id as usize] = l;
     }

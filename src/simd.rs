@@ -112,9 +112,17 @@ dispatch!(
 );
 
 dispatch!(
+    /// [`top_k::scan_marked_portable`], the scan under marks, on the widest vectors the
+    /// CPU has.
+    scan_marked, scan_marked_avx2, scan_marked_avx512, top_k::scan_marked_portable,
+    fn<T>(part: &[T], marks: &[u32], threshold: f32, sum: &mut [f32; crate::adjust::LANES])
+        -> Option<usize>
+);
+
+dispatch!(
     /// [`mass::fast`], on the widest vectors the CPU has.
     row_mass, row_mass_avx2, row_mass_avx512, mass::fast,
-    fn<T>(row: &[T], max: f32, t: f32) -> (f64, f64)
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32) -> (f64, f64)
 );
 
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -137,23 +145,55 @@ mod tests {
             let row = crate::test_rows::uniform_row(&mut x, n, scale, 97, 5);
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let f = Frame::new(max, t);
-            let ov = Overlay::new(n);
+            // Without marks, and with about one token in three marked.
+            let mut marked = Overlay::new(n);
+            let allowed: Vec<u32> = (0..n.div_ceil(32))
+                .map(|_| {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    ((x >> 32) as u32) | ((x >> 7) as u32)
+                })
+                .collect();
+            marked.ban_marks(&allowed);
+            let overlays = [Overlay::new(n), marked];
             let bits = |m: &[f64]| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            let (z, e) = mass::fast(&row, max, t);
-            let mut copies: Vec<(f64, f64)> = Vec::new();
-            // SAFETY: each copy runs only when the CPU was found to support it.
-            unsafe {
-                if avx2 {
-                    copies.push(row_mass_avx2(&row, max, t));
+            for ov in &overlays {
+                let (z, e) = mass::fast(&row, ov.marked(), max, t);
+                let mut copies: Vec<(f64, f64)> = Vec::new();
+                // SAFETY: each copy runs only when the CPU was found to support it.
+                unsafe {
+                    if avx2 {
+                        copies.push(row_mass_avx2(&row, ov.marked(), max, t));
+                    }
+                    if avx512 {
+                        copies.push(row_mass_avx512(&row, ov.marked(), max, t));
+                    }
                 }
-                if avx512 {
-                    copies.push(row_mass_avx512(&row, max, t));
+                for (z2, e2) in copies {
+                    assert_eq!((z.to_bits(), e.to_bits()), (z2.to_bits(), e2.to_bits()));
                 }
-            }
-            for (z2, e2) in copies {
-                assert_eq!((z.to_bits(), e.to_bits()), (z2.to_bits(), e2.to_bits()));
             }
             let whole = n / crate::adjust::BLOCK * crate::adjust::BLOCK;
+            let marks = overlays[1].marked().unwrap();
+            for threshold in [f32::NEG_INFINITY, max - 1.0, max, f32::INFINITY] {
+                let lanes = |s: &[f32; crate::adjust::LANES]| s.map(f32::to_bits);
+                let mut s1 = [0.0f32; crate::adjust::LANES];
+                let r1 = top_k::scan_marked_portable(&row[..whole], marks, threshold, &mut s1);
+                // SAFETY: each copy runs only when the CPU was found to support it.
+                unsafe {
+                    if avx2 {
+                        let mut s2 = [0.0f32; crate::adjust::LANES];
+                        let r2 = scan_marked_avx2(&row[..whole], marks, threshold, &mut s2);
+                        assert_eq!(r2, r1);
+                        assert_eq!(lanes(&s1), lanes(&s2));
+                    }
+                    if avx512 {
+                        let mut s2 = [0.0f32; crate::adjust::LANES];
+                        let r2 = scan_marked_avx512(&row[..whole], marks, threshold, &mut s2);
+                        assert_eq!(r2, r1);
+                        assert_eq!(lanes(&s1), lanes(&s2));
+                    }
+                }
+            }
             for threshold in [f32::NEG_INFINITY, max - 1.0, max, f32::INFINITY] {
                 let lanes = |s: &[f32; crate::adjust::LANES]| s.map(f32::to_bits);
                 let mut s1 = [0.0f32; crate::adjust::LANES];
@@ -172,12 +212,12 @@ mod tests {
                     }
                 }
             }
-            for precise in [false, true] {
+            for (ov, precise) in overlays.iter().flat_map(|o| [(o, false), (o, true)]) {
                 for limit in [histogram::LAST, 40] {
                     let (mut c1, mut m1) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
-                    histogram::build(&row, &ov, f, limit, precise, &mut c1, &mut m1);
+                    histogram::build(&row, ov, f, limit, precise, &mut c1, &mut m1);
                     let mut o1 = Vec::new();
-                    histogram::collect(&row, &ov, f, 3, limit, usize::MAX, &mut o1);
+                    histogram::collect(&row, ov, f, 3, limit, usize::MAX, &mut o1);
                     let wide = [(Level::Avx2, avx2), (Level::Avx512, avx512)];
                     for (level, _) in wide.into_iter().filter(|&(_, on)| on) {
                         let (mut c2, mut m2) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
@@ -185,11 +225,11 @@ mod tests {
                         // SAFETY: the CPU supports the copy called (checked above).
                         unsafe {
                             if level == Level::Avx512 {
-                                build_avx512(&row, &ov, f, limit, precise, &mut c2, &mut m2);
-                                collect_avx512(&row, &ov, f, 3, limit, usize::MAX, &mut o2);
+                                build_avx512(&row, ov, f, limit, precise, &mut c2, &mut m2);
+                                collect_avx512(&row, ov, f, 3, limit, usize::MAX, &mut o2);
                             } else {
-                                build_avx2(&row, &ov, f, limit, precise, &mut c2, &mut m2);
-                                collect_avx2(&row, &ov, f, 3, limit, usize::MAX, &mut o2);
+                                build_avx2(&row, ov, f, limit, precise, &mut c2, &mut m2);
+                                collect_avx2(&row, ov, f, 3, limit, usize::MAX, &mut o2);
                             }
                         }
                         assert_eq!(c1, c2);

@@ -81,7 +81,8 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     let whole = row.len() / BLOCK * BLOCK;
     let rem_start = whole;
     let mut from = 0;
-    while let Some(b) = crate::simd::scan(&row[from..whole], threshold, &mut sum) {
+    let marks = skip.marked();
+    while let Some(b) = scan_from(row, from, whole, marks, threshold, &mut sum) {
         let start = from + b * BLOCK;
         for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
             let v = load(chunk);
@@ -102,21 +103,23 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     Ok(())
 }
 
-/// The `k` best finite entries of a row of any element type, sorted by [`order`], for a
-/// `k` too large for the sorted buffer of [`select_row`] (hundreds to thousands), checking
-/// the row on the way. `keys` is scratch.
+/// The `k` best finite entries of a row of any element type under `overlay` (the
+/// marked tokens left out, the patches in), sorted by [`order`], for a `k` too large for
+/// the sorted buffer of [`select_row`] (hundreds to thousands), checking the row and the
+/// patches on the way. `keys` is scratch.
 ///
 /// One pass with a running threshold, as in [`select_row`], but the entries that beat it
 /// are appended unsorted, as [`pack`]ed keys; whenever `BUFFERED * k` are held,
 /// `select_nth_unstable` keeps the best `k` and raises the threshold to the k-th of them.
 /// Each entry is thus moved a constant number of times, against `O(k)` for an insertion
-/// into a sorted buffer.
+/// into a sorted buffer. The patches join at the end.
 ///
 /// # Errors
-/// As [`select_row`].
+/// As [`select_row`], then the patches' own NaN/`+inf`.
 pub(crate) fn select_buffered<T: crate::element::Logit>(
     row: &[T],
     k: usize,
+    overlay: &crate::adjust::Overlay,
     keys: &mut Vec<u64>,
     out: &mut Vec<(f32, TokenId)>,
 ) -> Result<(), crate::Error> {
@@ -124,18 +127,23 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     out.clear();
     keys.clear();
     if k == 0 {
-        return crate::adjust::max_checked(row).map(|_| ());
+        crate::adjust::max_checked(row)?;
+        return overlay.check();
     }
-    // A starting threshold from one entry per block: the `2k / BLOCK`-th largest of them
-    // has about `2k` entries above it, so the pass collects few entries beyond the `k`
-    // it needs. Should fewer than `k` lie above it, the pass runs again from `-inf`.
+    let marks = overlay.marked();
+    let marked = |i: usize| marks.is_some_and(|m| crate::adjust::is_marked(m, i));
+    // A starting threshold from one unmarked entry per block: the `2k / BLOCK`-th largest
+    // of them has about `2k` entries above it, so the pass collects few entries beyond the
+    // `k` it needs. Should fewer than `k` lie above it, the pass runs again from `-inf`.
     let seeds = 2 * k / BLOCK;
     let mut start_at = f32::NEG_INFINITY;
     if seeds > 0 && row.len() / BLOCK > 4 * seeds {
         keys.extend(
             row.iter()
                 .step_by(BLOCK)
-                .map(|x| x.to_f32())
+                .enumerate()
+                .filter(|&(b, _)| !marked(b * BLOCK))
+                .map(|(_, x)| x.to_f32())
                 .filter(|l| *l > f32::NEG_INFINITY && !l.is_nan())
                 .enumerate()
                 .map(|(i, l)| pack(l, i as TokenId)),
@@ -146,11 +154,24 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
         }
         keys.clear();
     }
-    let found = collect_above(row, k, start_at, keys)?;
-    if found < k && start_at > f32::NEG_INFINITY {
+    let collect = |threshold: f32, keys: &mut Vec<u64>| match marks {
+        None => collect_above::<T, false>(row, &[], k, threshold, keys),
+        Some(m) => collect_above::<T, true>(row, m, k, threshold, keys),
+    };
+    let found = collect(start_at, keys)?;
+    overlay.check()?;
+    let patched = |threshold: f32| {
+        overlay
+            .patch
+            .iter()
+            .filter(move |&&(_, l)| l > threshold)
+            .map(|&(id, l)| pack(l, id))
+    };
+    if found + patched(start_at).count() < k && start_at > f32::NEG_INFINITY {
         keys.clear();
-        collect_above(row, k, f32::NEG_INFINITY, keys)?;
+        collect(f32::NEG_INFINITY, keys)?;
     }
+    keys.extend(patched(f32::NEG_INFINITY));
     if keys.len() > k {
         keep_best(keys, k);
     }
@@ -160,33 +181,43 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     Ok(())
 }
 
-/// The pass of [`select_buffered`] from `threshold` on: every entry above the running
-/// threshold joins `keys`, cut back to the best `k` whenever `BUFFERED * k` are held.
-/// Returns how many entries beat `threshold`'s starting value (at least `k` means
-/// `keys` holds the row's best `k`), and checks the row.
-fn collect_above<T: crate::element::Logit>(
+/// The pass of [`select_buffered`] from `threshold` on: every unmarked entry above the
+/// running threshold joins `keys`, cut back to the best `k` whenever `BUFFERED * k` are
+/// held. Returns how many entries beat `threshold`'s starting value (at least `k` means
+/// `keys` holds the best `k` unmarked entries), and checks the row.
+fn collect_above<T: crate::element::Logit, const MARKS: bool>(
     row: &[T],
+    marks: &[u32],
     k: usize,
     mut threshold: f32,
     keys: &mut Vec<u64>,
 ) -> Result<usize, crate::Error> {
     use crate::adjust::{load, BLOCK, LANES};
+    let marked = |i: usize| MARKS && crate::adjust::is_marked(marks, i);
     let mut sum = [0.0f32; LANES];
     let mut found = 0;
     let whole = row.len() / BLOCK * BLOCK;
     let mut from = 0;
-    while let Some(b) = crate::simd::scan(&row[from..whole], threshold, &mut sum) {
+    let scan_marks = MARKS.then_some(marks);
+    while let Some(b) = scan_from(row, from, whole, scan_marks, threshold, &mut sum) {
         let start = from + b * BLOCK;
         for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
             let v = load(chunk);
-            if v.iter().any(|&x| x > threshold) {
-                let base = start + c * LANES;
-                for (j, &l) in v.iter().enumerate() {
-                    if l > threshold {
-                        keys.push(pack(l, (base + j) as TokenId));
-                        found += 1;
-                    }
-                }
+            let base = start + c * LANES;
+            // One bit per entry to take: no branch per entry, whatever share of the
+            // chunk beats the threshold or is marked.
+            let mut take = 0u32;
+            for (j, &l) in v.iter().enumerate() {
+                take |= u32::from(l > threshold) << j;
+            }
+            if MARKS {
+                take &= !crate::adjust::lane_marks(marks, base);
+            }
+            while take != 0 {
+                let j = take.trailing_zeros() as usize;
+                keys.push(pack(v[j], (base + j) as TokenId));
+                found += 1;
+                take &= take - 1;
             }
         }
         if keys.len() >= BUFFERED * k {
@@ -197,7 +228,7 @@ fn collect_above<T: crate::element::Logit>(
     for (j, x) in row[whole..].iter().enumerate() {
         let l = x.to_f32();
         sum[0] += l;
-        if l > threshold {
+        if l > threshold && !marked(whole + j) {
             keys.push(pack(l, (whole + j) as TokenId));
             found += 1;
         }
@@ -246,6 +277,25 @@ fn keep_best(keys: &mut Vec<u64>, k: usize) -> f32 {
     unpack(keys[k - 1]).0
 }
 
+/// The first block of `row[from..whole]` (whole blocks; `from` a multiple of `BLOCK`)
+/// holding an entry above `threshold` that `marks` does not mark, adding every entry read
+/// into the lane sums `sum`: [`scan_portable`] or [`scan_marked_portable`], on the
+/// widest vectors the CPU has.
+#[inline]
+fn scan_from<T: crate::element::Logit>(
+    row: &[T],
+    from: usize,
+    whole: usize,
+    marks: Option<&[u32]>,
+    threshold: f32,
+    sum: &mut [f32; crate::adjust::LANES],
+) -> Option<usize> {
+    match marks {
+        None => crate::simd::scan(&row[from..whole], threshold, sum),
+        Some(m) => crate::simd::scan_marked(&row[from..whole], &m[from / 32..], threshold, sum),
+    }
+}
+
 /// The index of the first block of `part` (whole blocks) holding an entry above
 /// `threshold`, adding every entry read into the lane sums `sum`. The hot loop of
 /// [`select_row`]: it keeps nothing but lane maxima and sums in registers. Run through
@@ -266,6 +316,41 @@ pub(crate) fn scan_portable<T: crate::element::Logit>(
             for j in 0..LANES {
                 acc[j] += v[j];
                 m[j] = if v[j] > m[j] { v[j] } else { m[j] };
+            }
+        }
+        if m.iter().any(|&x| x > threshold) {
+            found = Some(b);
+            break;
+        }
+    }
+    *sum = acc;
+    found
+}
+
+/// [`scan_portable`] with the entries whose bit is set in `marks` (token `i` of `part`
+/// at bit `i % 32` of `marks[i / 32]`) left out of the maxima, so that a block whose
+/// only entries above the threshold are marked costs no more than any other. The sums
+/// still take every entry. Run through [`simd::scan_marked`](crate::simd::scan_marked).
+#[inline(always)]
+pub(crate) fn scan_marked_portable<T: crate::element::Logit>(
+    part: &[T],
+    marks: &[u32],
+    threshold: f32,
+    sum: &mut [f32; crate::adjust::LANES],
+) -> Option<usize> {
+    use crate::adjust::{lane_marks, load, BLOCK, LANES};
+    use crate::mask::BITS;
+    let mut acc = *sum;
+    let mut found = None;
+    for (b, block) in part.chunks_exact(BLOCK).enumerate() {
+        let mut m = [f32::NEG_INFINITY; LANES];
+        for (c, chunk) in block.chunks_exact(LANES).enumerate() {
+            let v = load(chunk);
+            let bits = lane_marks(marks, b * BLOCK + c * LANES);
+            for j in 0..LANES {
+                acc[j] += v[j];
+                let take = v[j] > m[j] && bits & BITS[j] == 0;
+                m[j] = if take { v[j] } else { m[j] };
             }
         }
         if m.iter().any(|&x| x > threshold) {
@@ -531,10 +616,52 @@ mod tests {
                 .map(|(i, &l)| (l, i as TokenId))
                 .collect();
             all.sort_by(order);
-            all.truncate(k);
+            let mut best = all.clone();
+            best.truncate(k);
             let (mut keys, mut out) = (Vec::new(), Vec::new());
-            select_buffered(&row, k, &mut keys, &mut out).unwrap();
-            assert_eq!(out, all, "n {n} k {k}");
+            let plain = crate::adjust::Overlay::new(n);
+            select_buffered(&row, k, &plain, &mut keys, &mut out).unwrap();
+            assert_eq!(out, best, "n {n} k {k}");
+            // Under marks (about one token in four banned) and patches: a bias that lifts
+            // one token to the top, sinks another, and bans a third.
+            let mut allowed: Vec<u32> = (0..n.div_ceil(32))
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x as u32) | (x >> 32) as u32
+                })
+                .collect();
+            let (up, down, gone) = (n / 2, n / 3, n / 5);
+            let params = crate::params::SamplingParams::builder()
+                .logit_bias(up as TokenId, 1e6)
+                .logit_bias(down as TokenId, -1e6)
+                .logit_bias(gone as TokenId, 1.0)
+                .build()
+                .unwrap();
+            let mut ov = crate::adjust::Overlay::new(n);
+            allowed[up / 32] |= 1 << (up % 32);
+            allowed[down / 32] |= 1 << (down % 32);
+            allowed[gone / 32] &= !(1 << (gone % 32));
+            let is_allowed = |i: usize| allowed[i / 32] & (1 << (i % 32)) != 0;
+            ov.build(&row, &params, &[], &mut []);
+            ov.ban_marks(&allowed);
+            let adjusted = |i: usize, l: f32| match i {
+                _ if i == up => l + 1e6,
+                _ if i == down => l - 1e6,
+                _ if !is_allowed(i) || i == gone => f32::NEG_INFINITY,
+                _ => l,
+            };
+            let mut masked: Vec<(f32, TokenId)> = row
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (adjusted(i, l), i as TokenId))
+                .filter(|&(l, _)| l > f32::NEG_INFINITY)
+                .collect();
+            masked.sort_by(order);
+            masked.truncate(k);
+            select_buffered(&row, k, &ov, &mut keys, &mut out).unwrap();
+            assert_eq!(out, masked, "n {n} k {k} under marks");
         }
         // The entries the starting threshold is taken from are the row's largest: fewer
         // than `k` lie above it, and the pass runs again.
@@ -542,7 +669,8 @@ mod tests {
             .map(|i| if i % 64 == 0 { 100.0 } else { (i % 7) as f32 })
             .collect();
         let (mut keys, mut out) = (Vec::new(), Vec::new());
-        select_buffered(&row, 1024, &mut keys, &mut out).unwrap();
+        let plain = crate::adjust::Overlay::new(row.len());
+        select_buffered(&row, 1024, &plain, &mut keys, &mut out).unwrap();
         let mut all: Vec<(f32, TokenId)> = row
             .iter()
             .enumerate()

@@ -1,17 +1,17 @@
-//! The three ways `Sampler::sample_masked` reads a mask give the results of the dense
+//! The two ways `Sampler::sample_masked` reads a mask give the results of the dense
 //! path (the masked `f32` copy of the row).
 //!
-//! - a sparse mask (at most 4,096 allowed tokens) becomes a compact row of the allowed
-//!   tokens: the same tokens, distributions, logprobs and errors, bit for bit;
-//! - a nearly-open mask (at most 16,384 disallowed tokens with a top-k or greedy, 2,048
-//!   otherwise) becomes `-inf` patches over
-//!   the caller's row: the same kept set, token and errors, probabilities within
-//!   rounding (the histogram's bucket sums take the patched tokens out by subtraction);
-//! - any other mask takes the dense path.
+//! - a sparse mask (at most 4,096 allowed tokens, 1,024 with greedy or a top-k of at
+//!   most 256) becomes a compact row of the allowed tokens: the same tokens,
+//!   distributions, logprobs and errors, bit for bit;
+//! - any other mask marks the disallowed tokens, which every pass over the caller's row
+//!   skips: bit for bit the same again, but for the bias and penalty patches, which the
+//!   histogram's bucket sums take in after the row (so their probabilities are within
+//!   rounding of the copy's; the kept set, the token and the errors are the same).
 //!
 //! The dense path is forced by a processor that changes nothing (a user processor always
-//! takes the dense path). Rows of up to 24,000 tokens reach all three regimes and their
-//! boundaries.
+//! takes the dense path). Rows of up to 24,000 tokens reach both regimes and their
+//! boundary.
 
 use logits::half::{bf16, f16};
 use logits::{
@@ -35,21 +35,6 @@ fn sparse_max(p: &SamplingParams) -> usize {
         SPARSE_MAX_SELECT
     } else {
         SPARSE_MAX
-    }
-}
-/// The nearly-open regime's bound on disallowed tokens (patches), without a top-k.
-const OPEN_MAX: usize = 2048;
-
-/// The most disallowed tokens a mask may have to be read over the caller's row: any
-/// number with greedy or a top-k of at most 256 (marks that the selection skips), none
-/// with top-p alone (the masked copy), [`OPEN_MAX`] otherwise (patches).
-fn open_max(p: &SamplingParams) -> usize {
-    if selects_only(p) {
-        usize::MAX
-    } else if p.top_p() < 1.0 {
-        0
-    } else {
-        OPEN_MAX
     }
 }
 
@@ -176,8 +161,7 @@ fn allowed_count(n: usize) -> impl Strategy<Value = usize> {
         SPARSE_MAX + 1,
         SPARSE_MAX_SELECT,
         SPARSE_MAX_SELECT + 1,
-        n.saturating_sub(OPEN_MAX),
-        n.saturating_sub(OPEN_MAX + 1),
+        n.saturating_sub(2048),
         n.saturating_sub(16_384),
         n / 2,
     ];
@@ -311,12 +295,18 @@ fn sampler(c: &Case, dense: bool) -> Sampler {
     s
 }
 
-/// True when the mask takes the patch path, whose bucket sums may differ from the dense
+/// True when the mask takes the marks with bias or penalty patches and a cut that sums
+/// (no top-k of the one-pass selection), whose bucket sums may differ from the dense
 /// path's in the last bits.
-fn open_regime(c: &Case) -> bool {
-    let allowed = c.mask.count_allowed();
-    // (The marks of greedy and top-k change no sum: that path must match exactly.)
-    !selects_only(&c.params) && allowed > SPARSE_MAX && c.row.len() - allowed <= open_max(&c.params)
+fn patched_sums(c: &Case) -> bool {
+    let p = &c.params;
+    let penalised = (p.repetition_penalty() != 1.0
+        || p.frequency_penalty() != 0.0
+        || p.presence_penalty() != 0.0)
+        && !(c.prompt.is_empty() && c.generated.is_empty());
+    let patched = !p.logit_bias().is_empty() || penalised;
+    // (Greedy and the one-pass top-k only compare: that path must match exactly.)
+    patched && !selects_only(p) && c.mask.count_allowed() > sparse_max(p)
 }
 
 fn same_sample(
@@ -358,7 +348,7 @@ fn close(a: f32, b: f32) -> bool {
 /// Distribution, a draw with a given uniform, then two draws with the sequence's own
 /// uniforms, on the mask path and on the dense path.
 fn check<T: logits::Logit>(c: &Case, row: &[T]) -> Result<(), TestCaseError> {
-    let exact = !open_regime(c);
+    let exact = !patched_sums(c);
     let (mut fast, mut dense) = (sampler(c, false), sampler(c, true));
     let (mut d1, mut d2) = (Vec::new(), Vec::new());
     let r1 = fast.distribution(row, Some(&c.mask), &mut d1);
@@ -440,7 +430,8 @@ proptest! {
         let c = Case { params, ..c };
         let mut copy = c.row.clone();
         c.mask.apply(&mut copy).unwrap();
-        let exact = !open_regime(&c);
+        let exact = !patched_sums(&c);
+        prop_assert!(exact);
         let (mut masked, mut plain) = (sampler(&c, false), sampler(&c, false));
         let a = masked.sample_with_uniform(&c.row, Some(&c.mask), c.u);
         let b = plain.sample_with_uniform(&copy, None, c.u);
@@ -458,8 +449,8 @@ proptest! {
 
 proptest! {
     /// The mask stage sizes the sampler's view of the row by the exact number of allowed
-    /// tokens: the compact row holds them, the patches the disallowed ones, and otherwise
-    /// the whole row is copied. Stray bits past the mask's length count for nothing.
+    /// tokens: the compact row holds them, or the marks the disallowed ones. Stray bits
+    /// past the mask's length count for nothing.
     #[test]
     fn the_mask_stage_counts_exactly(
         (n, count) in (1usize..40_000).prop_flat_map(|n| (Just(n), allowed_count(n))),
@@ -475,10 +466,8 @@ proptest! {
         for params in [SamplingParams::default(), SamplingParams::greedy()] {
             let want = if count <= sparse_max(&params) {
                 count
-            } else if n - count <= open_max(&params) {
-                n - count
             } else {
-                n
+                n - count
             };
             let mut s = Sampler::new(params, n).unwrap();
             prop_assert_eq!(s.mask_stage(&row, &mask), Ok(want));
@@ -513,7 +502,8 @@ fn nothing_allowed_is_no_candidates() {
         100,
         SPARSE_MAX,
         SPARSE_MAX + 1,
-        n - OPEN_MAX,
+        n / 2,
+        n - 2048,
         n - 1,
         n,
     ] {
@@ -533,6 +523,8 @@ fn nothing_allowed_is_no_candidates() {
                 .build()
                 .unwrap(),
             SamplingParams::builder().min_p(0.1).build().unwrap(),
+            SamplingParams::builder().top_p(0.9).build().unwrap(),
+            SamplingParams::builder().top_k(300).build().unwrap(),
         ] {
             let mut s = Sampler::new(params, n).unwrap();
             assert_eq!(
@@ -551,10 +543,11 @@ fn nothing_allowed_is_no_candidates() {
 }
 
 /// A nearly-open mask that disallows the row's maximum (in a whole word of the row, or in
-/// its last, partial word), with cuts that go through the histogram: the other tokens'
-/// maximum is looked up past the patches, as the dense path finds it.
+/// its last, partial word), with cuts that read the whole row (top-p's candidates and
+/// mass, min-p's and the plain draw's histogram): the other tokens' maximum is looked up
+/// past the marks, as the dense path finds it.
 #[test]
-fn a_disallowed_maximum_under_patches() {
+fn a_disallowed_maximum_under_marks() {
     let n = 21_003;
     let mut r = Mix(99);
     let base: Vec<f32> = (0..n).map(|_| (4.0 * r.unit() - 2.0) as f32).collect();
@@ -592,8 +585,7 @@ fn a_disallowed_maximum_under_patches() {
                 generated: vec![],
                 u: 0.37,
             };
-            // (Top-p without top-k takes the masked copy; the others the patches.)
-            assert_eq!(open_regime(&c), c.params.top_p() >= 1.0);
+            assert!(!patched_sums(&c));
             check_all_types(&c).unwrap();
             let mut s = sampler(&c, false);
             let mut dist = Vec::new();
