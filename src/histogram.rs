@@ -83,6 +83,26 @@ impl Frame {
         (l - self.max) * self.inv_t32
     }
 
+    /// Bounds `[a, b]` on the logits whose key lies in `lo..=hi`: a superset, wider by a
+    /// bucket on each side (the key's `f32` arithmetic is within `2.5e-7 |s|` of the
+    /// exact `s`, far below a bucket at any bucket's `s`), rounded outwards to `f32`. Two
+    /// comparisons then rule out most entries of a row before any key is computed.
+    pub(crate) fn interval(&self, lo: usize, hi: usize) -> (f32, f32) {
+        let per = f64::from(PER_NAT) * f64::from(self.inv_t32);
+        let max = f64::from(self.max);
+        let a = if hi >= LAST {
+            f64::NEG_INFINITY
+        } else {
+            max - (hi as f64 + 1.5) / per
+        };
+        let b = if lo <= 1 {
+            f64::INFINITY
+        } else {
+            max - (lo as f64 - 1.5) / per
+        };
+        ((a as f32).next_down(), (b as f32).next_up())
+    }
+
     /// `(l - max) / T` in `f64`, within two ulps of the exact quotient.
     #[inline(always)]
     fn s64(&self, l: f32) -> f64 {
@@ -292,9 +312,9 @@ fn block_beyond<T: Logit>(block: &[T], f: Frame, lim: u32) -> bool {
 }
 
 /// Writes the tokens of buckets `lo..=hi` of the adjusted row into `out`, sorted by
-/// [`order`]. Blocks whose largest entry is beyond `hi` are skipped after one
-/// comparison per entry. Gives up, returning false, once more than about `cap` tokens
-/// were found (`out` is then incomplete and unsorted).
+/// [`order`]. Two comparisons per entry with the bounds of [`Frame::interval`] leave
+/// only the entries near those buckets for the key. Gives up, returning false, once more
+/// than about `cap` tokens were found (`out` is then incomplete and unsorted).
 #[inline(always)]
 pub(crate) fn collect<T: Logit>(
     row: &[T],
@@ -334,25 +354,24 @@ fn gather<T: Logit, const MARKS: bool>(
     cap: usize,
     out: &mut Vec<(f32, TokenId)>,
 ) -> bool {
+    let (a, z) = f.interval(lo, hi);
     let (lo, hi) = (lo as u32, hi as u32);
     let blocks = row.chunks_exact(BLOCK);
     let rem_start = row.len() - blocks.remainder().len();
     for (b, block) in blocks.enumerate() {
-        if block_beyond(block, f, hi) {
-            continue;
-        }
         for (ci, c) in block.chunks_exact(LANES).enumerate() {
             let v = load(c);
             let base = b * BLOCK + ci * LANES;
-            let m = if MARKS { lane_marks(marks, base) } else { 0 };
-            let mut inside = [false; LANES];
+            // The entries within the interval's bounds; their keys decide.
+            let mut near = [false; LANES];
             for j in 0..LANES {
-                let k = key(v[j], f);
-                inside[j] = k >= lo && k <= hi && !(MARKS && m & BITS[j] != 0);
+                near[j] = (v[j] >= a) & (v[j] <= z);
             }
-            if inside.iter().any(|&x| x) {
+            if near.iter().any(|&x| x) {
+                let m = if MARKS { lane_marks(marks, base) } else { 0 };
                 for j in 0..LANES {
-                    if inside[j] {
+                    let k = key(v[j], f);
+                    if near[j] && m & BITS[j] == 0 && k >= lo && k <= hi {
                         out.push((v[j], (base + j) as TokenId));
                     }
                 }
@@ -434,6 +453,61 @@ mod tests {
                 );
                 if t == 1.0 && b < LAST && m2[b] > 0.0 {
                     assert!(bound <= 2e-7 * m2[b] + 1e-30, "bound {bound} for {}", m2[b]);
+                }
+            }
+        }
+    }
+
+    /// [`Frame::interval`] holds every entry of its buckets, and little else: the
+    /// tokens `collect` finds through it are exactly those whose key is in range.
+    #[test]
+    fn the_interval_holds_its_buckets() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for (n, scale, t) in [
+            (20_000usize, 2.0f32, 1.0f32),
+            (20_000, 0.3, 0.6),
+            (20_000, 1e6, 1.7),
+            (5_000, 1e-3, 1e-5),
+            (5_000, 40.0, 1e-30),
+            (5_000, 1.0, 1e20),
+        ] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 89, 3);
+            row[7] = f32::NEG_INFINITY;
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let f = Frame::new(max, t);
+            for (lo, hi) in [
+                (0, 0),
+                (0, 3),
+                (1, 1),
+                (2, 2),
+                (5, 9),
+                (64, 64),
+                (700, LAST),
+                (LAST, LAST),
+            ] {
+                let (a, z) = f.interval(lo, hi);
+                let inside: Vec<usize> = (0..n)
+                    .filter(|&i| (lo..=hi).contains(&(key(row[i], f) as usize)))
+                    .collect();
+                for &i in &inside {
+                    assert!(a <= row[i] && row[i] <= z, "t {t} [{lo}, {hi}]: {}", row[i]);
+                }
+                let mut got = Vec::new();
+                assert!(collect(
+                    &row,
+                    &Overlay::new(n),
+                    f,
+                    lo,
+                    hi,
+                    usize::MAX,
+                    &mut got
+                ));
+                let mut ids: Vec<usize> = got.iter().map(|&(_, id)| id as usize).collect();
+                ids.sort_unstable();
+                assert_eq!(ids, inside, "t {t} [{lo}, {hi}]");
+                if t == 1.0 && (2..LAST).contains(&lo) && hi < LAST {
+                    // A bucket is 1/64 nat wide: the bounds span at most three more.
+                    assert!(f64::from(z) - f64::from(a) <= (hi - lo + 4) as f64 / 64.0 + 1e-5);
                 }
             }
         }
