@@ -727,8 +727,21 @@ impl Sampler {
             let mut mass = None;
             s.weight.clear();
             loop {
-                top_k::select_buffered(adj, cap, &s.overlay, &mut s.keys, &mut s.cand)?;
+                let (keys, seeds) = (&mut s.keys, &mut s.seeds);
+                top_k::select_buffered(adj, cap, &s.overlay, keys, seeds, &mut s.cand)?;
                 let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
+                // The best `cap` begin with the best of the previous attempt, in the same
+                // order: only the new ones need a weight.
+                let done = s.weight.len();
+                s.weight
+                    .extend(s.cand[done..].iter().map(|&(l, _)| scaled(l, max, t).exp()));
+                if mass.is_none()
+                    && !precise
+                    && beyond_reach(&s.seeds, adj.len(), max, t, top_p, &s.weight)
+                {
+                    // A flat row: the histogram, without the total mass pass.
+                    break;
+                }
                 let (z, err) = *mass.get_or_insert_with(|| {
                     let ov = &s.overlay;
                     // The row's unmarked tokens, then the patches (in `f64`).
@@ -740,11 +753,6 @@ impl Sampler {
                     let zp: f64 = ov.patch.iter().map(|&(_, l)| scaled(l, max, t).exp()).sum();
                     (z + zp, err + zp * 1e-15)
                 });
-                // The best `cap` begin with the best of the previous attempt, in the same
-                // order: only the new ones need a weight.
-                let done = s.weight.len();
-                s.weight
-                    .extend(s.cand[done..].iter().map(|&(l, _)| scaled(l, max, t).exp()));
                 let target = f64::from(top_p) * z;
                 // The decision stands only if the error of `z` cannot move the target
                 // across either neighbouring cumulative sum.
@@ -1183,6 +1191,23 @@ fn materialise<U: Logit>(adj: &[U], ov: &adjust::Overlay, out: &mut Vec<f32>) {
     }
 }
 
+/// True when the selection's seeds (one entry per block of the `n`-token row, a sample
+/// of it) estimate a total mass so large that the best [`NUCLEUS_MAX`] tokens, of which
+/// the best have the weights `weight`, would hold less than half of top-p's target: a
+/// flat row, whose nucleus the histogram finds, so the total mass pass is not worth
+/// making. Only a choice of path: both give the same tokens.
+fn beyond_reach(seeds: &[f32], n: usize, max: f32, t: f32, top_p: f32, weight: &[f64]) -> bool {
+    let (Some(&last), true) = (weight.last(), seeds.len() >= 64) else {
+        return false;
+    };
+    // Every seed is an unmarked entry of the row, at most `max`.
+    let sample = crate::simd::row_mass(seeds, None, max, t).0;
+    let z = sample * n as f64 / n.div_ceil(adjust::BLOCK) as f64;
+    let c: f64 = weight.iter().sum();
+    let reach = c + NUCLEUS_MAX.saturating_sub(weight.len()) as f64 * last;
+    reach < 0.5 * f64::from(top_p) * z
+}
+
 /// The maximum over the tokens without a patch (needed only when a patch lowered a
 /// token holding the raw maximum).
 fn unpatched_max<U: Logit>(adj: &[U], ov: &adjust::Overlay) -> f32 {
@@ -1263,4 +1288,40 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         Some(&(_, id)) => (id, s.weight2[i]),
         None => (0, 0.0),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The estimate from the seeds sends a flat row's top-p to the histogram, and keeps
+    /// a peaked row, whose nucleus lies among the candidates, on the candidate path.
+    #[test]
+    fn only_flat_rows_are_beyond_the_candidates_reach() {
+        let n = 151_936;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let flat = crate::test_rows::uniform_row(&mut x, n, 4.0, n + 1, n + 1);
+        let mut peaked = flat.clone();
+        for i in (0..n).step_by(4_217) {
+            peaked[i] = 12.0;
+        }
+        let ov = adjust::Overlay::new(n);
+        for (row, t, flat_row) in [
+            (&flat, 1.0f32, true),
+            (&flat, 0.05, false),
+            (&peaked, 1.0, false),
+        ] {
+            let (mut keys, mut seeds, mut cand) = (Vec::new(), Vec::new(), Vec::new());
+            top_k::select_buffered(row, NUCLEUS, &ov, &mut keys, &mut seeds, &mut cand).unwrap();
+            assert!(seeds.len() >= n / adjust::BLOCK - 1);
+            let max = cand[0].0;
+            let mut weight = Vec::new();
+            fill_weights(&cand, max, t, &mut weight);
+            assert_eq!(
+                beyond_reach(&seeds, n, max, t, 0.95, &weight),
+                flat_row,
+                "t {t}, max {max}"
+            );
+        }
+    }
 }

@@ -31,6 +31,8 @@ pub(crate) struct Scratch {
     pub(crate) hist_mass: Vec<f64>,
     /// Packed candidate keys for the buffered top-k selection.
     pub(crate) keys: Vec<u64>,
+    /// The entries that selection samples (one per block) for its starting threshold.
+    pub(crate) seeds: Vec<f32>,
 }
 
 impl Scratch {
@@ -51,6 +53,7 @@ impl Scratch {
             hist_count: vec![0; crate::histogram::SLOTS],
             hist_mass: vec![0.0; crate::histogram::SLOTS],
             keys: Vec::new(),
+            seeds: Vec::with_capacity(vocab_size / crate::adjust::BLOCK + 1),
         }
     }
 }

@@ -114,6 +114,9 @@ pub(crate) fn select_row<T: crate::element::Logit>(
 /// Each entry is thus moved a constant number of times, against `O(k)` for an insertion
 /// into a sorted buffer. The patches join at the end.
 ///
+/// `seed_values` receives the entries the starting threshold is taken from (one per block,
+/// unmarked and finite; empty for a short row), a sample of the row.
+///
 /// # Errors
 /// As [`select_row`], then the patches' own NaN/`+inf`.
 pub(crate) fn select_buffered<T: crate::element::Logit>(
@@ -121,11 +124,13 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     k: usize,
     overlay: &crate::adjust::Overlay,
     keys: &mut Vec<u64>,
+    seed_values: &mut Vec<f32>,
     out: &mut Vec<(f32, TokenId)>,
 ) -> Result<(), crate::Error> {
     use crate::adjust::BLOCK;
     out.clear();
     keys.clear();
+    seed_values.clear();
     if k == 0 {
         crate::adjust::max_checked(row)?;
         return overlay.check();
@@ -135,22 +140,26 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     // A starting threshold from one unmarked entry per block: the `2k / BLOCK`-th largest
     // of them has about `2k` entries above it, so the pass collects few entries beyond the
     // `k` it needs. Should fewer than `k` lie above it, the pass runs again from `-inf`.
-    let seeds = 2 * k / BLOCK;
+    let wanted = 2 * k / BLOCK;
     let mut start_at = f32::NEG_INFINITY;
-    if seeds > 0 && row.len() / BLOCK > 4 * seeds {
-        keys.extend(
+    if wanted > 0 && row.len() / BLOCK > 4 * wanted {
+        seed_values.extend(
             row.iter()
                 .step_by(BLOCK)
                 .enumerate()
                 .filter(|&(b, _)| !marked(b * BLOCK))
                 .map(|(_, x)| x.to_f32())
-                .filter(|l| *l > f32::NEG_INFINITY && !l.is_nan())
-                .enumerate()
-                .map(|(i, l)| pack(l, i as TokenId)),
+                .filter(|l| *l > f32::NEG_INFINITY && !l.is_nan()),
         );
-        if keys.len() > seeds {
-            keys.select_nth_unstable_by(seeds - 1, |a, b| b.cmp(a));
-            start_at = unpack(keys[seeds - 1]).0;
+        keys.extend(
+            seed_values
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| pack(l, i as TokenId)),
+        );
+        if keys.len() > wanted {
+            keys.select_nth_unstable_by(wanted - 1, |a, b| b.cmp(a));
+            start_at = unpack(keys[wanted - 1]).0;
         }
         keys.clear();
     }
@@ -620,7 +629,7 @@ mod tests {
             best.truncate(k);
             let (mut keys, mut out) = (Vec::new(), Vec::new());
             let plain = crate::adjust::Overlay::new(n);
-            select_buffered(&row, k, &plain, &mut keys, &mut out).unwrap();
+            select_buffered(&row, k, &plain, &mut keys, &mut Vec::new(), &mut out).unwrap();
             assert_eq!(out, best, "n {n} k {k}");
             // Under marks (about one token in four banned) and patches: a bias that lifts
             // one token to the top, sinks another, and bans a third.
@@ -660,7 +669,7 @@ mod tests {
                 .collect();
             masked.sort_by(order);
             masked.truncate(k);
-            select_buffered(&row, k, &ov, &mut keys, &mut out).unwrap();
+            select_buffered(&row, k, &ov, &mut keys, &mut Vec::new(), &mut out).unwrap();
             assert_eq!(out, masked, "n {n} k {k} under marks");
         }
         // The entries the starting threshold is taken from are the row's largest: fewer
@@ -670,7 +679,7 @@ mod tests {
             .collect();
         let (mut keys, mut out) = (Vec::new(), Vec::new());
         let plain = crate::adjust::Overlay::new(row.len());
-        select_buffered(&row, 1024, &plain, &mut keys, &mut out).unwrap();
+        select_buffered(&row, 1024, &plain, &mut keys, &mut Vec::new(), &mut out).unwrap();
         let mut all: Vec<(f32, TokenId)> = row
             .iter()
             .enumerate()
