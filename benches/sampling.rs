@@ -10,31 +10,11 @@ use logits::half::bf16;
 use logits::{reference, History, Sampler, SamplingParams, TokenMask};
 use std::time::Duration;
 
+#[path = "../tests/mix/mod.rs"]
+mod mix;
+use mix::Mix;
+
 const SIZES: [usize; 3] = [32_000, 151_936, 256_000];
-
-/// SplitMix64: a deterministic source for the rows.
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Standard normal (Box-Muller).
-    fn normal(&mut self) -> f64 {
-        let u = self.unit().max(1e-300);
-        let v = self.unit();
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-}
 
 /// A peaked row: 36 plausible tokens 8 to 15 above an N(0, 2) background.
 fn peaked(n: usize) -> Vec<f32> {

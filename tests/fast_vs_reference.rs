@@ -20,27 +20,8 @@ use logits::reference::{self, Candidate};
 use logits::{BatchSampler, Error, History, Sampler, SamplingParams, TokenId, TokenMask};
 use proptest::prelude::*;
 
-/// SplitMix64, for rows built from a seed.
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn normal(&mut self) -> f64 {
-        let u = self.unit().max(1e-300);
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
-    }
-}
+mod mix;
+use mix::Mix;
 
 /// Row shapes: a peaked row, a flat one, heavy ties, many `-inf`, almost all `-inf`,
 /// a huge dynamic range.

@@ -19,6 +19,9 @@ use logits::{
 };
 use proptest::prelude::*;
 
+mod mix;
+use mix::Mix;
+
 /// The sparse regime's bound on allowed tokens.
 const SPARSE_MAX: usize = 4096;
 /// The same with greedy or a top-k of at most 256, where the marks are the alternative.
@@ -45,27 +48,6 @@ struct Dense;
 impl LogitsProcessor for Dense {
     fn process(&self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {
         Ok(())
-    }
-}
-
-/// SplitMix64.
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
     }
 }
 
