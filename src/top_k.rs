@@ -81,7 +81,9 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     let whole = row.len() / BLOCK * BLOCK;
     let rem_start = whole;
     let mut from = 0;
-    let marks = skip.marked();
+    // A mask's marks leave the scan's maxima; a few bias or penalty patches are cheaper
+    // tested only for the entries that beat the threshold.
+    let marks = skip.marked().filter(|_| skip.has_bulk_bans());
     while let Some(b) = scan_from(row, from, whole, marks, threshold, &mut sum) {
         let start = from + b * BLOCK;
         for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
@@ -163,9 +165,10 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
         }
         keys.clear();
     }
+    let dense = overlay.has_bulk_bans();
     let collect = |threshold: f32, keys: &mut Vec<u64>| match marks {
-        None => collect_above::<T, false>(row, &[], k, threshold, keys),
-        Some(m) => collect_above::<T, true>(row, m, k, threshold, keys),
+        None => collect_above::<T, false>(row, &[], false, k, threshold, keys),
+        Some(m) => collect_above::<T, true>(row, m, dense, k, threshold, keys),
     };
     let found = collect(start_at, keys)?;
     overlay.check()?;
@@ -192,11 +195,12 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
 
 /// The pass of [`select_buffered`] from `threshold` on: every unmarked entry above the
 /// running threshold joins `keys`, cut back to the best `k` whenever `BUFFERED * k` are
-/// held. Returns how many entries beat `threshold`'s starting value (at least `k` means
+/// held. `dense` (a mask's marks) has the scan leave the marked entries out. Returns how many entries beat `threshold`'s starting value (at least `k` means
 /// `keys` holds the best `k` unmarked entries), and checks the row.
 fn collect_above<T: crate::element::Logit, const MARKS: bool>(
     row: &[T],
     marks: &[u32],
+    dense: bool,
     k: usize,
     mut threshold: f32,
     keys: &mut Vec<u64>,
@@ -207,7 +211,8 @@ fn collect_above<T: crate::element::Logit, const MARKS: bool>(
     let mut found = 0;
     let whole = row.len() / BLOCK * BLOCK;
     let mut from = 0;
-    let scan_marks = MARKS.then_some(marks);
+    // (As in `select_row`: only a mask's marks leave the scan's maxima.)
+    let scan_marks = (MARKS && dense).then_some(marks);
     while let Some(b) = scan_from(row, from, whole, scan_marks, threshold, &mut sum) {
         let start = from + b * BLOCK;
         for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
