@@ -730,6 +730,7 @@ impl Sampler {
                 let (keys, seeds) = (&mut s.keys, &mut s.seeds);
                 top_k::select_buffered(adj, cap, &s.overlay, keys, seeds, &mut s.cand)?;
                 let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
+                let floor = s.cand.last().map_or(max, |c| c.0);
                 // The best `cap` begin with the best of the previous attempt, in the same
                 // order: only the new ones need a weight.
                 let done = s.weight.len();
@@ -737,7 +738,7 @@ impl Sampler {
                     .extend(s.cand[done..].iter().map(|&(l, _)| scaled(l, max, t).exp()));
                 if mass.is_none()
                     && !precise
-                    && beyond_reach(&s.seeds, adj.len(), max, t, top_p, &s.weight)
+                    && beyond_reach(&s.seeds, adj.len(), (max, floor), t, top_p, &s.weight)
                 {
                     // A flat row: the histogram, without the total mass pass.
                     break;
@@ -1193,19 +1194,36 @@ fn materialise<U: Logit>(adj: &[U], ov: &adjust::Overlay, out: &mut Vec<f32>) {
 
 /// True when the selection's seeds (one entry per block of the `n`-token row, a sample
 /// of it) estimate a total mass so large that the best [`NUCLEUS_MAX`] tokens, of which
-/// the best have the weights `weight`, would hold less than half of top-p's target: a
-/// flat row, whose nucleus the histogram finds, so the total mass pass is not worth
-/// making. Only a choice of path: both give the same tokens.
-fn beyond_reach(seeds: &[f32], n: usize, max: f32, t: f32, top_p: f32, weight: &[f64]) -> bool {
+/// the best (down to the logit `floor`) have the weights `weight`, would hold less than
+/// half of top-p's target: a flat row, whose nucleus the histogram finds, so the total
+/// mass pass is not worth making. Only a choice of path: both give the same tokens.
+///
+/// The estimate is the candidates' exact mass plus the seeds below `floor` scaled to the
+/// row: a seed among the candidates (a rare high token that the sample happened to hit)
+/// is counted once, not once per block.
+fn beyond_reach(
+    seeds: &[f32],
+    n: usize,
+    (max, floor): (f32, f32),
+    t: f32,
+    top_p: f32,
+    weight: &[f64],
+) -> bool {
     let (Some(&last), true) = (weight.last(), seeds.len() >= 64) else {
         return false;
     };
-    // Every seed is an unmarked entry of the row, at most `max`.
-    let sample = crate::simd::row_mass(seeds, None, max, t).0;
-    let z = sample * n as f64 / n.div_ceil(adjust::BLOCK) as f64;
+    // Every seed is an unmarked entry of the row, at most `max`; those at or above
+    // `floor` are few, and taken back out.
+    let all = crate::simd::row_mass(seeds, None, max, t).0;
+    let high: f64 = seeds
+        .iter()
+        .filter(|&&l| l >= floor)
+        .map(|&l| scaled(l, max, t).exp())
+        .sum();
+    let rest = (all - high).max(0.0) * n as f64 / n.div_ceil(adjust::BLOCK) as f64;
     let c: f64 = weight.iter().sum();
     let reach = c + NUCLEUS_MAX.saturating_sub(weight.len()) as f64 * last;
-    reach < 0.5 * f64::from(top_p) * z
+    reach < 0.5 * f64::from(top_p) * (c + rest)
 }
 
 /// The maximum over the tokens without a patch (needed only when a patch lowered a
@@ -1305,20 +1323,27 @@ mod tests {
         for i in (0..n).step_by(4_217) {
             peaked[i] = 12.0;
         }
+        // Peaks of unequal height, the highest at token 0, which is also a seed: the
+        // sample must not count it once per block.
+        let mut seeded = flat.clone();
+        for (j, i) in (0..n).step_by(5_003).enumerate() {
+            seeded[i] = 14.0 - (j % 5) as f32;
+        }
         let ov = adjust::Overlay::new(n);
         for (row, t, flat_row) in [
             (&flat, 1.0f32, true),
             (&flat, 0.05, false),
             (&peaked, 1.0, false),
+            (&seeded, 1.0, false),
         ] {
             let (mut keys, mut seeds, mut cand) = (Vec::new(), Vec::new(), Vec::new());
             top_k::select_buffered(row, NUCLEUS, &ov, &mut keys, &mut seeds, &mut cand).unwrap();
             assert!(seeds.len() >= n / adjust::BLOCK - 1);
-            let max = cand[0].0;
+            let (max, floor) = (cand[0].0, cand[cand.len() - 1].0);
             let mut weight = Vec::new();
             fill_weights(&cand, max, t, &mut weight);
             assert_eq!(
-                beyond_reach(&seeds, n, max, t, 0.95, &weight),
+                beyond_reach(&seeds, n, (max, floor), t, 0.95, &weight),
                 flat_row,
                 "t {t}, max {max}"
             );

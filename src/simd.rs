@@ -7,9 +7,10 @@
 //! when the same code is compiled for wider vectors. Measured on 151,936 logits (the
 //! vectorised `f32` exp and its sum, as in [`mass::fast`]): 174 us with SSE2, 93 us with
 //! AVX2, 57 us with AVX-512. The running-threshold scan of greedy and top-k
-//! ([`top_k::scan_portable`]: a maximum and a sum per entry) is compute-bound at SSE2's
-//! width: greedy took 12.4 us against 8.9 us with AVX-512, where reading the row takes
-//! 8.1 us. So this module compiles those passes again with AVX2 and with AVX-512
+//! ([`top_k::scan_portable`]: a maximum and a sum per entry, and
+//! [`top_k::scan_marked_portable`], the same leaving a mask's marked entries out) is
+//! compute-bound at SSE2's width: greedy took 12.4 us against 8.9 us with AVX-512, where
+//! reading the row takes 8.1 us. So this module compiles those passes again with AVX2 and with AVX-512
 //! enabled and picks the widest the CPU has, once per call.
 //!
 //! Every version is the same Rust code: element-wise IEEE operations on independent
