@@ -69,16 +69,17 @@ const MIN_P_NEAR: usize = 4096;
 /// At most [`MIN_P_NEAR`], so that the one-pass min-p selection never gives up on either
 /// form of the row (it can only collect finite entries): every decision of the tail cuts
 /// is then made the same way on the compact row as on the masked copy, and the result is
-/// the same bit for bit. Gathering 4,096 tokens spread at random takes about 14 us at
-/// 151,936 logits (10 neighbouring ones about 2 us), against about 80 us for the copy
-/// (see `BENCHMARKS.md`).
+/// the same bit for bit. Gathering 4,096 tokens spread at random takes about 20 us at
+/// 151,936 logits (10 neighbouring ones about 2 us); marking the others takes 2.5 us,
+/// but then a cut without top-k reads the whole row: top-p 0.95 alone took 128 us on
+/// 4,096 gathered tokens against 331 us under marks for 4,097 (see `BENCHMARKS.md`).
 const SPARSE_MAX: usize = MIN_P_NEAR;
 
-/// [`SPARSE_MAX`] for greedy and a top-k of the one-pass selection, whose alternative is
-/// to mark the disallowed tokens (about 2.4 us at 151,936 logits, whatever the mask):
+/// [`SPARSE_MAX`] for greedy and a top-k of the one-pass selection, which read marks at
+/// almost no cost (the mask stage is about 2.5 us at 151,936 logits, whatever the mask):
 /// gathering costs about 3.5 ns per allowed token spread over the row, and Qwen3's chain
-/// under marks took 17.5 us in all against 13 us on 10 gathered tokens and 34 us on
-/// 4,096, so the compact row is kept for the masks that allow the fewest.
+/// took 12.9 us on 10 gathered tokens, 21.4 us on 1,024 and 23.8 us under marks with
+/// 1,025 allowed, so the compact row is kept for the masks that allow the fewest.
 const SPARSE_MAX_SELECT: usize = 1024;
 
 /// What to do with the adjusted row.
