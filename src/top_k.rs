@@ -320,25 +320,7 @@ pub(crate) fn scan_portable<T: crate::element::Logit>(
     threshold: f32,
     sum: &mut [f32; crate::adjust::LANES],
 ) -> Option<usize> {
-    use crate::adjust::{load, BLOCK, LANES};
-    let mut acc = *sum;
-    let mut found = None;
-    for (b, block) in part.chunks_exact(BLOCK).enumerate() {
-        let mut m = [f32::NEG_INFINITY; LANES];
-        for c in block.chunks_exact(LANES) {
-            let v = load(c);
-            for j in 0..LANES {
-                acc[j] += v[j];
-                m[j] = if v[j] > m[j] { v[j] } else { m[j] };
-            }
-        }
-        if m.iter().any(|&x| x > threshold) {
-            found = Some(b);
-            break;
-        }
-    }
-    *sum = acc;
-    found
+    scan_with::<T, false>(part, &[], threshold, sum)
 }
 
 /// [`scan_portable`] with the entries whose bit is set in `marks` (token `i` of `part`
@@ -352,6 +334,17 @@ pub(crate) fn scan_marked_portable<T: crate::element::Logit>(
     threshold: f32,
     sum: &mut [f32; crate::adjust::LANES],
 ) -> Option<usize> {
+    scan_with::<T, true>(part, marks, threshold, sum)
+}
+
+/// The loop of both scans, with the test of the marks compiled in or out.
+#[inline(always)]
+fn scan_with<T: crate::element::Logit, const MARKS: bool>(
+    part: &[T],
+    marks: &[u32],
+    threshold: f32,
+    sum: &mut [f32; crate::adjust::LANES],
+) -> Option<usize> {
     use crate::adjust::{lane_marks, load, BLOCK, LANES};
     use crate::mask::BITS;
     let mut acc = *sum;
@@ -360,7 +353,11 @@ pub(crate) fn scan_marked_portable<T: crate::element::Logit>(
         let mut m = [f32::NEG_INFINITY; LANES];
         for (c, chunk) in block.chunks_exact(LANES).enumerate() {
             let v = load(chunk);
-            let bits = lane_marks(marks, b * BLOCK + c * LANES);
+            let bits = if MARKS {
+                lane_marks(marks, b * BLOCK + c * LANES)
+            } else {
+                0
+            };
             for j in 0..LANES {
                 acc[j] += v[j];
                 let take = v[j] > m[j] && bits & BITS[j] == 0;
