@@ -306,29 +306,41 @@ impl Overlay {
         self.bulk = true;
     }
 
-    /// The maximum of `row` over the tokens without a patch (`-inf` when there are none),
-    /// for a row already checked for NaN. One pass, 32 entries (one word of marks) at a
-    /// time, with the marked entries left out lane by lane.
-    pub(crate) fn unpatched_max<T: Logit>(&self, row: &[T]) -> f32 {
+    /// The maximum of `row` over the unmarked tokens (`-inf` when there are none),
+    /// checking every entry, marked or not, for NaN and `+inf` as [`max_checked`] does.
+    /// One pass, 32 entries (one word of marks) at a time, with the marked entries left
+    /// out of the maxima lane by lane.
+    ///
+    /// # Errors
+    /// [`Error::NanLogit`] or [`Error::InfiniteLogit`] for the row's first NaN or `+inf`.
+    pub(crate) fn unmarked_max_checked<T: Logit>(&self, row: &[T]) -> Result<f32, Error> {
         use crate::mask::BITS;
         let mut lanes = [f32::NEG_INFINITY; 32];
+        let mut sum = [0.0f32; 32];
         let chunks = row.chunks_exact(32);
         let rem = chunks.remainder();
         for (c, &m) in chunks.zip(&self.marks) {
             for j in 0..32 {
                 let v = fast_f32(&c[j]);
+                sum[j] += v;
                 let take = (m & BITS[j] == 0) & (v > lanes[j]);
                 lanes[j] = if take { v } else { lanes[j] };
             }
         }
         let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut any_bad = sum.iter().any(|s| not_finite_above(*s));
         let base = row.len() - rem.len();
         for (j, x) in rem.iter().enumerate() {
+            let v = x.to_f32();
+            any_bad |= not_finite_above(v);
             if !self.is_patched((base + j) as crate::TokenId) {
-                max = max.max(x.to_f32());
+                max = max.max(v);
             }
         }
-        max
+        if any_bad {
+            first_non_finite_of(row)?;
+        }
+        Ok(max)
     }
 
     /// The adjusted logit of token `id`.

@@ -677,11 +677,7 @@ impl Sampler {
                 }
             }
             if min_p > 0.0 {
-                let cut = f64::from(min_p).ln();
-                let m = s.cand[..n]
-                    .iter()
-                    .take_while(|&&(l, _)| scaled(l, max, t) >= cut)
-                    .count();
+                let m = above_min_p(&s.cand[..n], max, t, min_p);
                 n = m.max(keep).min(n);
             }
             let total = s.weight[..n].iter().sum();
@@ -703,11 +699,7 @@ impl Sampler {
                     < f64::from(min_p).ln() - 1.0 / 32.0;
                 s.cand.retain(|&(l, _)| l > floor);
                 s.cand.sort_unstable_by(top_k::order);
-                let m = s
-                    .cand
-                    .iter()
-                    .take_while(|&&(l, _)| scaled(l, max, t) >= f64::from(min_p).ln())
-                    .count();
+                let m = above_min_p(&s.cand, max, t, min_p);
                 let n = m.max(keep);
                 // (Every token above `floor` is here, in order, so these are also the
                 // `keep` best when there are that many.)
@@ -767,11 +759,7 @@ impl Sampler {
                 if let Some(n_p) = n_p {
                     let mut n = n_p.max(keep).min(s.cand.len());
                     if min_p > 0.0 {
-                        let ln_min_p = f64::from(min_p).ln();
-                        let m = s.cand[..n]
-                            .iter()
-                            .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
-                            .count();
+                        let m = above_min_p(&s.cand[..n], max, t, min_p);
                         n = n.min(m.max(keep)).min(s.cand.len());
                     }
                     s.cand.truncate(n);
@@ -799,20 +787,25 @@ impl Sampler {
             }
         }
         // No top-k: the histogram.
-        let raw_max = adjust::max_checked(adj)?;
         let ov = &s.overlay;
-        ov.check()?;
-        // (The row's maximum may belong to a banned token, or to one a patch lowered.)
-        let lowered_top = ov.has_bulk_bans()
-            || ov
+        // The row's maximum may belong to a banned token, or to one a patch lowered:
+        // then the maximum is that of the unmarked tokens (a mask's bans: in the same
+        // pass as the row's check).
+        let mut max = if ov.has_bulk_bans() {
+            ov.unmarked_max_checked(adj)?
+        } else {
+            let raw_max = adjust::max_checked(adj)?;
+            let lowered_top = ov
                 .patch
                 .iter()
                 .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
-        let mut max = if lowered_top {
-            unpatched_max(adj, ov)
-        } else {
-            raw_max
+            if lowered_top {
+                ov.unmarked_max_checked(adj)?
+            } else {
+                raw_max
+            }
         };
+        ov.check()?;
         for &(_, l) in &ov.patch {
             max = max.max(l);
         }
@@ -833,11 +826,7 @@ impl Sampler {
             // same as above, for a row with patches.)
             let hi = (key_thr + 1).min(LAST);
             if crate::simd::collect(adj, ov, f, 0, hi, MIN_P_DIRECT, &mut s.cand) {
-                let m = s
-                    .cand
-                    .iter()
-                    .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
-                    .count();
+                let m = above_min_p(&s.cand, max, t, min_p);
                 // (The tokens of buckets 0..=hi are the top ones, in order, so they
                 // also hold the `keep` best when there are that many.)
                 let n = m.max(keep);
@@ -927,11 +916,7 @@ impl Sampler {
             n = n.min((before + n_p).max(keep));
         }
         if min_p > 0.0 {
-            let m = s
-                .cand
-                .iter()
-                .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
-                .count();
+            let m = above_min_p(&s.cand, max, t, min_p);
             n = n.min((before + m).max(keep));
         }
         let n = n.saturating_sub(before).min(len);
@@ -1227,10 +1212,13 @@ fn beyond_reach(
     reach < 0.5 * f64::from(top_p) * (c + rest)
 }
 
-/// The maximum over the tokens without a patch (needed only when a patch lowered a
-/// token holding the raw maximum).
-fn unpatched_max<U: Logit>(adj: &[U], ov: &adjust::Overlay) -> f32 {
-    ov.unpatched_max(adj)
+/// How many of the leading candidates `cand` (in [`top_k::order`]) min-p keeps: those
+/// with `(l - max) / T >= ln(min_p)`, in `f64`.
+fn above_min_p(cand: &[(f32, TokenId)], max: f32, t: f32, min_p: f32) -> usize {
+    let ln_min_p = f64::from(min_p).ln();
+    cand.iter()
+        .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
+        .count()
 }
 
 /// One draw over `Survivors::Hist`.
