@@ -187,11 +187,16 @@ pub(crate) fn is_marked(marks: &[u32], i: usize) -> bool {
 }
 
 /// The bits of `marks` for the [`LANES`] tokens from `i` (a multiple of [`LANES`]) on,
-/// token `i + j` at bit `j`.
+/// token `i + j` at bit `j` (higher bits are other tokens'); no bits unless `MARKS`, so
+/// that the passes compile the test of the marks in or out.
 #[inline(always)]
-pub(crate) fn lane_marks(marks: &[u32], i: usize) -> u32 {
+pub(crate) fn lane_marks_if<const MARKS: bool>(marks: &[u32], i: usize) -> u32 {
     const _: () = assert!(LANES == 16);
-    marks[i / 32] >> (i & 16)
+    if MARKS {
+        marks[i / 32] >> (i & 16)
+    } else {
+        0
+    }
 }
 
 /// No patch at this token (see [`Overlay`]).

@@ -19,7 +19,7 @@
 //! row directly and take the sparse adjustments (bias, penalties) from an
 //! [`Overlay`].
 
-use crate::adjust::{is_marked, lane_marks, load, Overlay, BLOCK, LANES};
+use crate::adjust::{is_marked, lane_marks_if, load, Overlay, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{exp_neg, exp_neg_f32, F32_ABS_ERROR, F32_REL_ERROR};
 use crate::mask::BITS;
@@ -262,11 +262,7 @@ fn scatter<T: Logit, const MARKS: bool>(
         }
         for (ci, c) in block.chunks_exact(LANES).enumerate() {
             let v = load(c);
-            let m = if MARKS {
-                lane_marks(marks, b * BLOCK + ci * LANES)
-            } else {
-                0
-            };
+            let m = lane_marks_if::<MARKS>(marks, b * BLOCK + ci * LANES);
             let mut w = [0.0f64; LANES];
             let mut k = [0u32; LANES];
             for j in 0..LANES {
@@ -368,7 +364,7 @@ fn gather<T: Logit, const MARKS: bool>(
                 near[j] = (v[j] >= a) & (v[j] <= z);
             }
             if near.iter().any(|&x| x) {
-                let m = if MARKS { lane_marks(marks, base) } else { 0 };
+                let m = lane_marks_if::<MARKS>(marks, base);
                 for j in 0..LANES {
                     let k = key(v[j], f);
                     if near[j] && m & BITS[j] == 0 && k >= lo && k <= hi {
@@ -420,6 +416,13 @@ pub(crate) fn count_bucket(count: &[u32], n: usize) -> Option<usize> {
 mod tests {
     use super::*;
 
+    /// A test row (`-inf` at every 89th entry) and its frame at temperature `t`.
+    fn framed(x: &mut u64, n: usize, scale: f32, t: f32) -> (Vec<f32>, Frame) {
+        let row = crate::test_rows::uniform_row(x, n, scale, 89, 3);
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        (row, Frame::new(max, t))
+    }
+
     /// Every bucket's fast mass lies within [`error_bound`] of its precise mass, at
     /// temperatures with and without roundings in the argument.
     #[test]
@@ -434,9 +437,7 @@ mod tests {
             (300, 1.0, 1e-40),
             (300, 3e38, 4e37),
         ] {
-            let row = crate::test_rows::uniform_row(&mut x, n, scale, 89, 3);
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let f = Frame::new(max, t);
+            let (row, f) = framed(&mut x, n, scale, t);
             let ov = Overlay::new(n);
             let (mut c1, mut m1) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
             let (mut c2, mut m2) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
@@ -471,10 +472,7 @@ mod tests {
             (5_000, 40.0, 1e-30),
             (5_000, 1.0, 1e20),
         ] {
-            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 89, 3);
-            row[7] = f32::NEG_INFINITY;
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let f = Frame::new(max, t);
+            let (row, f) = framed(&mut x, n, scale, t);
             for (lo, hi) in [
                 (0, 0),
                 (0, 3),

@@ -22,7 +22,7 @@
 //! the bound is a-posteriori and tight: tokens near the maximum, which carry the mass,
 //! have small `|x|`.
 
-use crate::adjust::{is_marked, lane_marks, load, BLOCK, LANES};
+use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{exp_neg, exp_neg_f32, F32_ABS_ERROR, F32_REL_ERROR};
 use crate::mask::BITS;
@@ -81,11 +81,7 @@ fn fast_with<T: Logit, const MARKS: bool>(
         let mut zb = [0.0f32; LANES];
         for (c, chunk) in block.chunks_exact(LANES).enumerate() {
             let v = load(chunk);
-            let m = if MARKS {
-                lane_marks(marks, b * BLOCK + c * LANES)
-            } else {
-                0
-            };
+            let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
             for j in 0..LANES {
                 weight(v[j], m & BITS[j] != 0, &mut zb[j], &mut dev[j]);
             }

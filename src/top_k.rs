@@ -224,9 +224,7 @@ fn collect_above<T: crate::element::Logit, const MARKS: bool>(
             for (j, &l) in v.iter().enumerate() {
                 take |= u32::from(l > threshold) << j;
             }
-            if MARKS {
-                take &= !crate::adjust::lane_marks(marks, base);
-            }
+            take &= !crate::adjust::lane_marks_if::<MARKS>(marks, base);
             while take != 0 {
                 let j = take.trailing_zeros() as usize;
                 keys.push(pack(v[j], (base + j) as TokenId));
@@ -345,7 +343,7 @@ fn scan_with<T: crate::element::Logit, const MARKS: bool>(
     threshold: f32,
     sum: &mut [f32; crate::adjust::LANES],
 ) -> Option<usize> {
-    use crate::adjust::{lane_marks, load, BLOCK, LANES};
+    use crate::adjust::{lane_marks_if, load, BLOCK, LANES};
     use crate::mask::BITS;
     let mut acc = *sum;
     let mut found = None;
@@ -353,11 +351,7 @@ fn scan_with<T: crate::element::Logit, const MARKS: bool>(
         let mut m = [f32::NEG_INFINITY; LANES];
         for (c, chunk) in block.chunks_exact(LANES).enumerate() {
             let v = load(chunk);
-            let bits = if MARKS {
-                lane_marks(marks, b * BLOCK + c * LANES)
-            } else {
-                0
-            };
+            let bits = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
             for j in 0..LANES {
                 acc[j] += v[j];
                 let take = v[j] > m[j] && bits & BITS[j] == 0;

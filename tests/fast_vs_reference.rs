@@ -410,6 +410,20 @@ fn batch_equals_sequential() {
     }
 }
 
+/// [`check`] on an unmasked `f32` row with no prompt, for each uniform of `us`.
+fn check_uniforms(row: &[f32], params: &SamplingParams, us: &[f64]) {
+    for &u in us {
+        let c = Case {
+            row: row.to_vec(),
+            params: params.clone(),
+            prompt: Vec::new(),
+            mask: None,
+            u,
+        };
+        check(&c, &c.row, &c.row).unwrap();
+    }
+}
+
 /// Top-p without top-k on rows whose nucleus is a few tokens, between the first 1,024
 /// candidates and 4,096, and beyond (the three ways the sampler finds it), at several
 /// temperatures and uniforms: the same kept set, probabilities and token as the
@@ -438,16 +452,7 @@ fn top_p_nuclei_of_every_size_match_reference() {
                 .build()
                 .unwrap();
             sizes.push(reference::survivors(&row, &params).unwrap().len());
-            for u in [0.0, 0.37, 0.93, 0.999_9] {
-                let c = Case {
-                    row: row.clone(),
-                    params: params.clone(),
-                    prompt: Vec::new(),
-                    mask: None,
-                    u,
-                };
-                check(&c, &c.row, &c.row).unwrap();
-            }
+            check_uniforms(&row, &params, &[0.0, 0.37, 0.93, 0.999_9]);
         }
     }
     // A `min_tokens_to_keep` of 2,500 starts the selection there; the nucleus needs a
@@ -459,16 +464,7 @@ fn top_p_nuclei_of_every_size_match_reference() {
         .min_tokens_to_keep(2_500)
         .build()
         .unwrap();
-    for u in [0.0, 0.5, 0.999] {
-        let c = Case {
-            row: row.clone(),
-            params: params.clone(),
-            prompt: Vec::new(),
-            mask: None,
-            u,
-        };
-        check(&c, &c.row, &c.row).unwrap();
-    }
+    check_uniforms(&row, &params, &[0.0, 0.5, 0.999]);
     assert!(sizes.iter().any(|&s| s <= 1024), "{sizes:?}");
     assert!(sizes.iter().any(|&s| s > 1024 && s <= 2048), "{sizes:?}");
     assert!(sizes.iter().any(|&s| s > 4096), "{sizes:?}");
