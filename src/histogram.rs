@@ -28,9 +28,9 @@ use crate::TokenId;
 
 /// Number of buckets.
 pub(crate) const BUCKETS: usize = 4096;
-/// Length of the count and mass arrays: the buckets and one spare slot that the fill
-/// pass uses as a sink (always zero afterwards).
-pub(crate) const SLOTS: usize = BUCKETS + 1;
+/// Length of the count and mass arrays: the buckets and one spare slot per vector lane
+/// that the fill pass uses as a sink (always zero afterwards).
+pub(crate) const SLOTS: usize = BUCKETS + LANES;
 /// The last bucket, which also holds every token more than 64 nats below the maximum.
 pub(crate) const LAST: usize = BUCKETS - 1;
 /// Buckets per nat.
@@ -228,8 +228,8 @@ fn build_with<T: Logit>(
         None => scatter::<T, false>(row, &[], f, limit, count, mass, &weight),
         Some(marks) => scatter::<T, true>(row, marks, f, limit, count, mass, &weight),
     }
-    count[BUCKETS] = 0;
-    mass[BUCKETS] = 0.0;
+    count[BUCKETS..].fill(0);
+    mass[BUCKETS..].fill(0.0);
     // The marked tokens were left out: the patched ones count with their values.
     let lim = limit as u32;
     for &(_, l) in &overlay.patch {
@@ -242,7 +242,7 @@ fn build_with<T: Logit>(
 }
 
 /// The pass of [`build_with`]: every unmarked token of a bucket `<= limit` adds to its
-/// bucket; the others go to the spare slot `BUCKETS`.
+/// bucket; the others go to their lane's spare slot past `BUCKETS`.
 #[inline(always)]
 fn scatter<T: Logit, const MARKS: bool>(
     row: &[T],
@@ -268,14 +268,16 @@ fn scatter<T: Logit, const MARKS: bool>(
             for j in 0..LANES {
                 w[j] = weight(f, v[j]);
                 let kj = key(v[j], f);
-                // Tokens outside the histogram, and marked ones, go to the spare slot
-                // past the last bucket, so the scatter below needs no branch (and, with
-                // the `min`, no bounds check).
+                // Tokens outside the histogram, and marked ones, go to their lane's
+                // spare slot past the last bucket, so the scatter below needs no branch
+                // (and, with the `min`, no bounds check). One slot per lane: when most
+                // tokens are outside (a min-p cut, a dense mask), a single sink would
+                // chain every update through one address.
                 let out = kj > lim || (MARKS && m & BITS[j] != 0);
-                k[j] = if out { BUCKETS as u32 } else { kj };
+                k[j] = if out { (BUCKETS + j) as u32 } else { kj };
             }
             for j in 0..LANES {
-                let b = (k[j] as usize).min(BUCKETS);
+                let b = (k[j] as usize).min(SLOTS - 1);
                 count[b] += 1;
                 mass[b] += w[j];
             }
@@ -455,6 +457,39 @@ mod tests {
                 if t == 1.0 && b < LAST && m2[b] > 0.0 {
                     assert!(bound <= 2e-7 * m2[b] + 1e-30, "bound {bound} for {}", m2[b]);
                 }
+            }
+        }
+    }
+
+    /// Tokens beyond the limit and marked tokens count in no bucket, whichever lane they
+    /// sit in, and the spare slots that take them are empty after the pass.
+    #[test]
+    fn tokens_left_out_count_nowhere() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let n = 10_007;
+        let (row, f) = framed(&mut x, n, 4.0, 0.8);
+        let allowed: Vec<u32> = (0..n.div_ceil(32) as u32)
+            .map(|w| w.wrapping_mul(0x9e37_79b9) ^ 0x5555_0f0f)
+            .collect();
+        let mut marked = Overlay::new(n);
+        marked.ban_marks(&allowed);
+        for (ov, is_marked) in [(Overlay::new(n), false), (marked, true)] {
+            for limit in [LAST, 300, 40, 0] {
+                let (mut count, mut mass) = (vec![7u32; SLOTS], vec![7.0f64; SLOTS]);
+                build(&row, &ov, f, limit, false, &mut count, &mut mass);
+                assert!(count[BUCKETS..].iter().all(|&c| c == 0), "limit {limit}");
+                assert!(mass[BUCKETS..].iter().all(|&m| m == 0.0), "limit {limit}");
+                let mut naive = vec![0u32; BUCKETS];
+                for (i, &l) in row.iter().enumerate() {
+                    let k = key(l, f) as usize;
+                    let left_out = is_marked && allowed[i / 32] & (1 << (i % 32)) == 0;
+                    if k <= limit && !left_out {
+                        naive[k] += 1;
+                    }
+                }
+                assert_eq!(count[..BUCKETS], naive[..], "limit {limit}");
+                let kept: u32 = naive.iter().sum();
+                assert!(kept > 0 && kept < n as u32 || limit == 0, "limit {limit}");
             }
         }
     }
