@@ -145,14 +145,14 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     let wanted = 2 * k / BLOCK;
     let mut start_at = f32::NEG_INFINITY;
     if wanted > 0 && row.len() / BLOCK > 4 * wanted {
-        seed_values.extend(
-            row.iter()
-                .step_by(BLOCK)
-                .enumerate()
-                .filter(|&(b, _)| !marked(b * BLOCK))
-                .map(|(_, x)| x.to_f32())
-                .filter(|l| *l > f32::NEG_INFINITY && !l.is_nan()),
-        );
+        // (An indexed loop: the same chain of iterator adapters compiles to a call per
+        // entry.)
+        for i in (0..row.len()).step_by(BLOCK) {
+            let l = row[i].to_f32();
+            if l > f32::NEG_INFINITY && !l.is_nan() && !marked(i) {
+                seed_values.push(l);
+            }
+        }
         keys.extend(
             seed_values
                 .iter()
