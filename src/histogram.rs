@@ -197,7 +197,7 @@ pub(crate) fn build<T: Logit>(
             // `d`, whose exact error `e` (two-sum) goes back in to first order:
             // e^((d + e) / T) = e^(d / T) (1 + e / T). The scaling's own rounding is in
             // `error_bound`. (A marked token's raw value above the maximum gets weight 1,
-            // in the spare slot.)
+            // in its lane's spare slot.)
             let d = l - f.max;
             let back = d - l;
             let e = (l - (d - back)) + (-f.max - back);

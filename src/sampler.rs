@@ -252,8 +252,9 @@ impl Sampler {
     /// - **any other mask**: the disallowed tokens are marked in a bitset next to the
     ///   bias and penalty patches (one vectorised pass over the mask's words), and the
     ///   row is read in place. Every pass skips the marked tokens: the one-pass top-k
-    ///   and greedy selection and top-p's candidate selection test a mark only for the
-    ///   few entries that beat their running threshold; the total mass and the
+    ///   and greedy selection test a mark only for the few entries that beat their
+    ///   running threshold, top-p's candidate selection only in the blocks that hold
+    ///   such an entry; the total mass and the
     ///   histogram test them in their vector loops. The same result as through the
     ///   masked copy, bit for bit without bias or penalties; with them, the same cuts
     ///   and token, and probabilities that may differ in the last bits, since the
