@@ -84,21 +84,23 @@ impl Frame {
     }
 
     /// Bounds `[a, b]` on the logits whose key lies in `lo..=hi`: a superset, wider by a
-    /// bucket on each side (the key's `f32` arithmetic is within `2.5e-7 |s|` of the
-    /// exact `s`, far below a bucket at any bucket's `s`), rounded outwards to `f32`. Two
-    /// comparisons then rule out most entries of a row before any key is computed.
+    /// 64th of a bucket on each side, rounded outwards to `f32`. (Bucket `k` holds the
+    /// keys' `d` within half a bucket of `k`; the key's two `f32` roundings move `d` by
+    /// at most `2^-23 d`, below 5e-4 of a bucket for every bucket.) Two comparisons then
+    /// rule out most entries of a row before any key is computed.
     pub(crate) fn interval(&self, lo: usize, hi: usize) -> (f32, f32) {
+        const HALF: f64 = 0.5 + 1.0 / 64.0;
         let per = f64::from(PER_NAT) * f64::from(self.inv_t32);
         let max = f64::from(self.max);
         let a = if hi >= LAST {
             f64::NEG_INFINITY
         } else {
-            max - (hi as f64 + 1.5) / per
+            max - (hi as f64 + HALF) / per
         };
-        let b = if lo <= 1 {
+        let b = if lo == 0 {
             f64::INFINITY
         } else {
-            max - (lo as f64 - 1.5) / per
+            max - (lo as f64 - HALF) / per
         };
         ((a as f32).next_down(), (b as f32).next_up())
     }
@@ -538,9 +540,10 @@ mod tests {
                 let mut ids: Vec<usize> = got.iter().map(|&(_, id)| id as usize).collect();
                 ids.sort_unstable();
                 assert_eq!(ids, inside, "t {t} [{lo}, {hi}]");
-                if t == 1.0 && (2..LAST).contains(&lo) && hi < LAST {
-                    // A bucket is 1/64 nat wide: the bounds span at most three more.
-                    assert!(f64::from(z) - f64::from(a) <= (hi - lo + 4) as f64 / 64.0 + 1e-5);
+                if t == 1.0 && (1..LAST).contains(&lo) && hi < LAST {
+                    // A bucket is 1/64 nat wide: the bounds span a 32nd of one more.
+                    let span = (hi - lo) as f64 + 1.0 + 2.0 / 64.0;
+                    assert!(f64::from(z) - f64::from(a) <= span / 64.0 + 1e-6);
                 }
             }
         }
