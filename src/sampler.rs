@@ -716,6 +716,7 @@ impl Sampler {
         // vectorised pass, and an exact cut among those tokens when the nucleus lies
         // within them; if it does not, more tokens while their number stays below
         // `NUCLEUS_MAX`.
+        let mut known_max = None;
         if top_p < 1.0 && keep <= NUCLEUS_MAX {
             let mut cap = keep.max(NUCLEUS);
             let mut mass = None;
@@ -724,6 +725,7 @@ impl Sampler {
                 let (keys, seeds) = (&mut s.keys, &mut s.seeds);
                 top_k::select_buffered(adj, cap, &s.overlay, keys, seeds, &mut s.cand)?;
                 let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
+                known_max = Some(max);
                 let floor = s.cand.last().map_or(max, |c| c.0);
                 // The best `cap` begin with the best of the previous attempt, in the same
                 // order: only the new ones need a weight.
@@ -789,27 +791,35 @@ impl Sampler {
         }
         // No top-k: the histogram.
         let ov = &s.overlay;
-        // The row's maximum may belong to a banned token, or to one a patch lowered:
-        // then the maximum is that of the unmarked tokens (a mask's bans: in the same
-        // pass as the row's check).
-        let mut max = if ov.has_bulk_bans() {
-            ov.unmarked_max_checked(adj)?
-        } else {
-            let raw_max = adjust::max_checked(adj)?;
-            let lowered_top = ov
-                .patch
-                .iter()
-                .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
-            if lowered_top {
-                ov.unmarked_max_checked(adj)?
-            } else {
-                raw_max
+        let max = match known_max {
+            // The best of top-p's candidates, whose selection checked the row and the
+            // patches: the adjusted row's maximum.
+            Some(max) => max,
+            None => {
+                // The row's maximum may belong to a banned token, or to one a patch
+                // lowered: then the maximum is that of the unmarked tokens (a mask's
+                // bans: in the same pass as the row's check).
+                let mut max = if ov.has_bulk_bans() {
+                    ov.unmarked_max_checked(adj)?
+                } else {
+                    let raw_max = adjust::max_checked(adj)?;
+                    let lowered_top = ov
+                        .patch
+                        .iter()
+                        .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
+                    if lowered_top {
+                        ov.unmarked_max_checked(adj)?
+                    } else {
+                        raw_max
+                    }
+                };
+                ov.check()?;
+                for &(_, l) in &ov.patch {
+                    max = max.max(l);
+                }
+                max
             }
         };
-        ov.check()?;
-        for &(_, l) in &ov.patch {
-            max = max.max(l);
-        }
         if max == f32::NEG_INFINITY {
             return Err(Error::NoCandidates);
         }

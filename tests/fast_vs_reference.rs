@@ -469,3 +469,33 @@ fn top_p_nuclei_of_every_size_match_reference() {
     assert!(sizes.iter().any(|&s| s > 1024 && s <= 2048), "{sizes:?}");
     assert!(sizes.iter().any(|&s| s > 4096), "{sizes:?}");
 }
+
+/// Top-p beyond the candidates' reach (so through the histogram) on a flat row whose
+/// maximum a bias lowers and another token a bias raises, with a repetition penalty on
+/// a prompt: the histogram starts from the candidates' best, which must be the adjusted
+/// row's maximum. The same kept set, probabilities and token as the reference.
+#[test]
+fn flat_top_p_with_patches_matches_reference() {
+    let n = 40_000;
+    let mut r = Mix(11);
+    let row: Vec<f32> = (0..n).map(|_| r.normal() as f32).collect();
+    let top = (0..n).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
+    let params = SamplingParams::builder()
+        .top_p(0.9)
+        .logit_bias(top as TokenId, -3.0)
+        .logit_bias(7, 2.5)
+        .repetition_penalty(1.3)
+        .build()
+        .unwrap();
+    let prompt: Vec<TokenId> = (0..64).map(|i| (i * 613 % n) as TokenId).collect();
+    for u in [0.001, 0.2, 0.5, 0.77, 0.999] {
+        let c = Case {
+            row: row.clone(),
+            params: params.clone(),
+            prompt: prompt.clone(),
+            mask: None,
+            u,
+        };
+        check(&c, &c.row, &c.row).unwrap();
+    }
+}
