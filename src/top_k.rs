@@ -206,7 +206,6 @@ fn collect_above<T: crate::element::Logit, const MARKS: bool>(
     keys: &mut Vec<u64>,
 ) -> Result<usize, crate::Error> {
     use crate::adjust::{load, BLOCK, LANES};
-    use crate::mask::BITS;
     let marked = |i: usize| MARKS && crate::adjust::is_marked(marks, i);
     let mut sum = [0.0f32; LANES];
     let mut found = 0;
@@ -219,19 +218,25 @@ fn collect_above<T: crate::element::Logit, const MARKS: bool>(
         for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
             let v = load(chunk);
             let base = start + c * LANES;
-            // Most chunks hold no unmarked entry above the threshold: their maximum
-            // rules them out, and the entries of the others are tested one by one.
-            let m = crate::adjust::lane_marks_if::<MARKS>(marks, base);
-            let mut open = v;
-            for (j, o) in open.iter_mut().enumerate() {
-                *o = if m & BITS[j] == 0 {
-                    *o
-                } else {
-                    f32::NEG_INFINITY
-                };
-            }
-            if crate::adjust::lanes_max(&open) > threshold {
-                for (j, &l) in open.iter().enumerate() {
+            if MARKS {
+                // One bit per entry to take, the marked ones cleared: no branch per entry.
+                let mut take = 0u32;
+                for (j, &l) in v.iter().enumerate() {
+                    take |= u32::from(l > threshold) << j;
+                }
+                take &= !crate::adjust::lane_marks_if::<MARKS>(marks, base);
+                while take != 0 {
+                    let j = take.trailing_zeros() as usize;
+                    keys.push(pack(v[j], (base + j) as TokenId));
+                    found += 1;
+                    take &= take - 1;
+                }
+            } else if crate::adjust::lanes_max(&v) > threshold {
+                // Most chunks hold no entry above the threshold: their maximum rules them
+                // out, and the entries of the others are tested one by one. (Built as a
+                // bit mask like the marked case, the test compiled to stores and
+                // overlapping reloads of the chunk, which stalled every chunk.)
+                for (j, &l) in v.iter().enumerate() {
                     if l > threshold {
                         keys.push(pack(l, (base + j) as TokenId));
                         found += 1;
