@@ -109,8 +109,9 @@ pub(crate) fn fast_f32<T: Logit>(x: &T) -> f32 {
 }
 
 /// The largest of the lanes, by a tree of compare-and-select (which vectorises, unlike a
-/// fold with `f32::max`, whose NaN handling costs a branch per step). The lanes hold no
-/// NaN where it is used.
+/// fold with `f32::max`, whose NaN handling costs a branch per step). With a NaN lane the
+/// result is unspecified (one of the lanes, or NaN): the callers either hold no NaN or
+/// reject the row once their pass finds one.
 #[inline(always)]
 pub(crate) fn lanes_max(m: &[f32; LANES]) -> f32 {
     let mut h = *m;

@@ -235,7 +235,8 @@ fn collect_above<T: crate::element::Logit, const MARKS: bool>(
                 // Most chunks hold no entry above the threshold: their maximum rules them
                 // out, and the entries of the others are tested one by one. (Built as a
                 // bit mask like the marked case, the test compiled to stores and
-                // overlapping reloads of the chunk, which stalled every chunk.)
+                // overlapping reloads of the chunk, which stalled every chunk.) A NaN
+                // may hide its chunk here; the check of the sums below rejects the row.
                 for (j, &l) in v.iter().enumerate() {
                     if l > threshold {
                         keys.push(pack(l, (base + j) as TokenId));

@@ -1049,3 +1049,24 @@ fn a_single_entry_vocabulary() {
         .unwrap();
     assert_eq!(chain.sample(&[bf16::from_f32(3.0)]).unwrap().token, 0);
 }
+
+/// Top-p alone reads a long row through its candidate selection, which rules chunks out
+/// by their maximum: a NaN anywhere, next to high entries or not, in a whole block or in
+/// the row's tail, is still reported with its index, in every element type.
+#[test]
+fn nan_is_reported_through_top_p_candidates() {
+    let n = 151_936;
+    let base: Vec<f32> = (0..n)
+        .map(|i| ((i * 7_919) % 1_000) as f32 / 100.0)
+        .collect();
+    let top = (0..n).max_by(|&a, &b| base[a].total_cmp(&base[b])).unwrap();
+    for at in [0, 77, top + 1, 64 * 1_000 + 5, n - 1] {
+        let mut row = base.clone();
+        row[at] = f32::NAN;
+        let p = SamplingParams::builder().top_p(0.95).build().unwrap();
+        let want = Err(Error::NanLogit { index: at });
+        assert_eq!(with(p.clone(), n).sample(&row), want, "at {at}");
+        let b: Vec<bf16> = row.iter().map(|&x| bf16::from_f32(x)).collect();
+        assert_eq!(with(p, n).sample(&b), want, "bf16 at {at}");
+    }
+}
