@@ -274,7 +274,7 @@ impl Overlay {
         self.bulk
     }
 
-    /// True when token `id` has a patch.
+    /// True when token `id` is marked: it has a patch, or a mask banned it.
     #[inline]
     pub(crate) fn is_patched(&self, id: crate::TokenId) -> bool {
         is_marked(&self.marks, id as usize)
@@ -432,4 +432,25 @@ pub(crate) fn check_input<'r, T>(
         }
     }
     Ok(&row[..vocab_size])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The maximum over the unmarked tokens leaves a banned token out wherever it sits:
+    /// in a whole word of marks or in the row's last, partial word.
+    #[test]
+    fn the_unmarked_maximum_skips_bans_in_every_word() {
+        let n = 75usize;
+        for top in [5, 40, 70] {
+            let mut row: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+            row[top] = 300.0;
+            let mut allowed = vec![u32::MAX; n.div_ceil(32)];
+            allowed[top / 32] &= !(1 << (top % 32));
+            let mut ov = Overlay::new(n);
+            ov.ban_marks(&allowed);
+            assert_eq!(ov.unmarked_max_checked(&row), Ok(6.0), "banned {top}");
+        }
+    }
 }

@@ -525,7 +525,7 @@ fn nothing_allowed_is_no_candidates() {
 }
 
 /// A nearly-open mask that disallows the row's maximum (in a whole word of the row, or in
-/// its last, partial word), with cuts that read the whole row (top-p's candidates and
+/// its last, partial word; a little or far above the rest), with cuts that read the whole row (top-p's candidates and
 /// mass, min-p's and the plain draw's histogram): the other tokens' maximum is looked up
 /// past the marks, as the dense path finds it.
 #[test]
@@ -533,9 +533,11 @@ fn a_disallowed_maximum_under_marks() {
     let n = 21_003;
     let mut r = Mix(99);
     let base: Vec<f32> = (0..n).map(|_| (4.0 * r.unit() - 2.0) as f32).collect();
-    for top in [5_000, n - 2] {
+    // (A banned value far above the rest, 300, would leave every other weight below
+    // `f32`'s range if it were taken for the maximum.)
+    for (top, value) in [(5_000, 20.0), (n - 2, 20.0), (5_000, 300.0), (n - 2, 300.0)] {
         let mut row = base.clone();
-        row[top] = 20.0;
+        row[top] = value;
         row[top - 1] = 9.0;
         let mut mask = TokenMask::new_full(n);
         mask.disallow(top as TokenId).unwrap();
