@@ -77,20 +77,42 @@ pub(crate) const F32_ABS_ERROR: f64 = 1.7e-38;
 /// [`F32_REL_ERROR`] on `[-87, 0]`; below, the result is `e^-87`.
 #[inline(always)]
 pub(crate) fn exp_neg_f32(x: f32) -> f32 {
+    exp_neg_f32_with::<false>(x)
+}
+
+/// [`exp_neg_f32`] with every `a * b + c` of the reduction and the polynomial fused into
+/// one rounding when `FUSED`. Only for code compiled with the `fma` target feature (in
+/// [`simd`](crate::simd)): elsewhere `f32::mul_add` is a library call. The result may
+/// differ from [`exp_neg_f32`] in the last bits; the same exhaustive check of every `f32`
+/// in `[-87, 0]` found at most `8.53e-8` (against `8.31e-8` unfused), within
+/// [`F32_REL_ERROR`].
+#[inline(always)]
+pub(crate) fn exp_neg_f32_with<const FUSED: bool>(x: f32) -> f32 {
     let x = if x > MIN_ARG_F32 { x } else { MIN_ARG_F32 };
-    let t = x * std::f32::consts::LOG2_E + ROUND_F32;
+    let t = mul_add::<FUSED>(x, std::f32::consts::LOG2_E, ROUND_F32);
     let k = t - ROUND_F32;
-    let r = (x - k * 0.693_359_4) - k * -2.121_944_4e-4;
+    // `x - k ln 2`, with `ln 2` in two parts (the first exact in 9 bits).
+    let r = mul_add::<FUSED>(k, 2.121_944_4e-4, mul_add::<FUSED>(k, -0.693_359_4, x));
     let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
+    p = mul_add::<FUSED>(p, r, 1.398_199_9e-3);
+    p = mul_add::<FUSED>(p, r, 8.333_452e-3);
+    p = mul_add::<FUSED>(p, r, 4.166_579_6e-2);
+    p = mul_add::<FUSED>(p, r, 1.666_666_5e-1);
     // (Cephes' coefficient 5.0000001201e-1 rounds to 0.5 in f32.)
-    p = p * r + 0.5;
-    p = p * r * r + r + 1.0;
+    p = mul_add::<FUSED>(p, r, 0.5);
+    p = mul_add::<FUSED>(p * r, r, r) + 1.0;
     let ki = t.to_bits().wrapping_sub(ROUND_F32.to_bits());
     f32::from_bits(p.to_bits().wrapping_add(ki << 23))
+}
+
+/// `a * b + c`, in one rounding when `FUSED`.
+#[inline(always)]
+pub(crate) fn mul_add<const FUSED: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FUSED {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
 }
 
 #[cfg(test)]
@@ -115,15 +137,19 @@ mod tests {
 
     #[test]
     fn f32_relative_error_is_below_the_stated_bound() {
-        let mut worst = 0.0f64;
-        let mut x = 0.0f32;
-        while x > MIN_ARG_F32 {
-            let exact = f64::from(x).exp();
-            let err = ((f64::from(exp_neg_f32(x)) - exact) / exact).abs();
-            worst = worst.max(err);
-            x -= 0.000_123_4;
+        // Unfused and fused (`f32::mul_add` is exact wherever it runs).
+        for exp in [exp_neg_f32_with::<false>, exp_neg_f32_with::<true>] {
+            let mut worst = 0.0f64;
+            let mut x = 0.0f32;
+            while x > MIN_ARG_F32 {
+                let exact = f64::from(x).exp();
+                let err = ((f64::from(exp(x)) - exact) / exact).abs();
+                worst = worst.max(err);
+                x -= 0.000_123_4;
+            }
+            assert!(worst < F32_REL_ERROR, "worst relative error {worst:e}");
+            assert_eq!(exp(0.0), 1.0);
         }
-        assert!(worst < F32_REL_ERROR, "worst relative error {worst:e}");
         assert_eq!(exp_neg_f32(0.0), 1.0);
         let low = f64::from(exp_neg_f32(-1e4));
         assert!(low > 0.0 && low <= F32_ABS_ERROR);

@@ -3,9 +3,10 @@
 //!
 //! Top-p compares a cumulative mass with `p * Z`, so it needs `Z` over the whole
 //! vocabulary, while the tokens it keeps are usually a few hundred. [`fast`] computes `Z`
-//! with the `f32` [`exp_neg_f32`] on an `f32` argument, every lane independent, so the
-//! loop compiles to full-width SIMD; [`precise`] computes it with the `f64`
-//! [`exp_neg`] for the rare step where a decision falls within the fast bound.
+//! with the `f32` [`exp_neg_f32`](crate::exp::exp_neg_f32) on an `f32` argument, every
+//! lane independent, so the loop compiles to full-width SIMD; [`precise`] computes it
+//! with the `f64` [`exp_neg`] for the rare step where a decision falls within the fast
+//! bound.
 //!
 //! # Error bound of [`fast`]
 //! For each finite entry the exact weight is `e^x` with `x = (l - max) / T <= 0`:
@@ -24,7 +25,7 @@
 
 use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
-use crate::exp::{exp_neg, exp_neg_f32, F32_ABS_ERROR, F32_REL_ERROR};
+use crate::exp::{exp_neg, exp_neg_f32_with, mul_add, F32_ABS_ERROR, F32_REL_ERROR};
 use crate::mask::BITS;
 
 /// `2^-24`, the unit roundoff of `f32`.
@@ -38,19 +39,43 @@ const U32: f64 = 5.960_464_477_539_063e-8;
 /// [`simd::row_mass`](crate::simd::row_mass) can compile it for AVX2.
 #[inline(always)]
 pub(crate) fn fast<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32) -> (f64, f64) {
+    fast_in::<T, false>(row, marks, max, t)
+}
+
+/// [`fast`] with fused multiply-adds (see [`exp_neg_f32_with`]): for code compiled with
+/// the `fma` target feature. Its `Z` may differ from [`fast`]'s in the last bits, within
+/// the same bound.
+#[inline(always)]
+pub(crate) fn fast_fused<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+) -> (f64, f64) {
+    fast_in::<T, true>(row, marks, max, t)
+}
+
+/// [`fast`], fused or not.
+#[inline(always)]
+fn fast_in<T: Logit, const FUSED: bool>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+) -> (f64, f64) {
     if !crate::histogram::f32_weights_hold(t) {
         let z = precise(row, marks, max, t);
         return (z, z * 1e-14);
     }
     match marks {
-        None => fast_with::<T, false>(row, &[], max, t),
-        Some(marks) => fast_with::<T, true>(row, marks, max, t),
+        None => fast_with::<T, false, FUSED>(row, &[], max, t),
+        Some(marks) => fast_with::<T, true, FUSED>(row, marks, max, t),
     }
 }
 
 /// [`fast`], with the test of the marks compiled in or out.
 #[inline(always)]
-fn fast_with<T: Logit, const MARKS: bool>(
+fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool>(
     row: &[T],
     marks: &[u32],
     max: f32,
@@ -69,10 +94,10 @@ fn fast_with<T: Logit, const MARKS: bool>(
         // (A marked entry may lie above `max`: its weight is computed at 0, then dropped.)
         let x = if MARKS && x > 0.0 { 0.0 } else { x };
         let x = if x > -87.0 { x } else { -87.0 };
-        let w = exp_neg_f32(x);
+        let w = exp_neg_f32_with::<FUSED>(x);
         let w = if MARKS && skip { 0.0 } else { w };
         *z += w;
-        *dev += w * -x;
+        *dev = mul_add::<FUSED>(w, -x, *dev);
     };
     let blocks = row.chunks_exact(BLOCK);
     let rem = blocks.remainder();
