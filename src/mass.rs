@@ -8,6 +8,11 @@
 //! with the `f64` [`exp_neg`] for the rare step where a decision falls within the fast
 //! bound.
 //!
+//! Both sum only the entries at or below a `ceiling`. Top-p weighs its candidates
+//! exactly already, so it asks for the mass below them: the fast bound, proportional to
+//! the mass summed, is then a bound on the background's mass only, which on a peaked row
+//! is a few percent of `Z`, and a decision rarely falls within it.
+//!
 //! # Error bound of [`fast`]
 //! For each finite entry the exact weight is `e^x` with `x = (l - max) / T <= 0`:
 //! - the argument is `fl(fl(l - max) * fl(1 / T))`: at most three roundings (one when
@@ -31,15 +36,22 @@ use crate::mask::BITS;
 /// `2^-24`, the unit roundoff of `f32`.
 const U32: f64 = 5.960_464_477_539_063e-8;
 
-/// `Z` of `row` relative to `max` (the maximum of its unmarked entries, finite) at
-/// temperature `t`, with `f32` weights, and a bound on `|Z - exact|` (see the module
-/// documentation). With `marks`, the tokens whose bit is set count for nothing.
+/// The mass of the entries of `row` at or below `ceiling`, relative to `max` (the
+/// maximum of its unmarked entries, finite) at temperature `t`, with `f32` weights, and a
+/// bound on `|Z - exact|` (see the module documentation). With `marks`, the tokens whose
+/// bit is set count for nothing. `ceiling = +inf` sums the whole row.
 ///
 /// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
 /// [`simd::row_mass`](crate::simd::row_mass) can compile it for AVX2.
 #[inline(always)]
-pub(crate) fn fast<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32) -> (f64, f64) {
-    fast_in::<T, false>(row, marks, max, t)
+pub(crate) fn fast<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+    ceiling: f32,
+) -> (f64, f64) {
+    fast_in::<T, false>(row, marks, max, t, ceiling)
 }
 
 /// [`fast`] with fused multiply-adds (see [`exp_neg_f32_with`]): for code compiled with
@@ -51,8 +63,9 @@ pub(crate) fn fast_fused<T: Logit>(
     marks: Option<&[u32]>,
     max: f32,
     t: f32,
+    ceiling: f32,
 ) -> (f64, f64) {
-    fast_in::<T, true>(row, marks, max, t)
+    fast_in::<T, true>(row, marks, max, t, ceiling)
 }
 
 /// [`fast`], fused or not.
@@ -62,14 +75,16 @@ fn fast_in<T: Logit, const FUSED: bool>(
     marks: Option<&[u32]>,
     max: f32,
     t: f32,
+    ceiling: f32,
 ) -> (f64, f64) {
     if !crate::histogram::f32_weights_hold(t) {
-        let z = precise(row, marks, max, t);
-        return (z, z * 1e-14);
+        // (Below `e^-708` a weight is `e^-708`.)
+        let z = precise(row, marks, max, t, ceiling);
+        return (z, z * 1e-14 + row.len() as f64 * 3.4e-308);
     }
     match marks {
-        None => fast_with::<T, false, FUSED>(row, &[], max, t),
-        Some(marks) => fast_with::<T, true, FUSED>(row, marks, max, t),
+        None => fast_with::<T, false, FUSED>(row, &[], max, t, ceiling),
+        Some(marks) => fast_with::<T, true, FUSED>(row, marks, max, t, ceiling),
     }
 }
 
@@ -80,6 +95,7 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool>(
     marks: &[u32],
     max: f32,
     t: f32,
+    ceiling: f32,
 ) -> (f64, f64) {
     let inv_t = 1.0 / t;
     // The rounding steps in the argument: the subtraction, and the product unless
@@ -95,7 +111,11 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool>(
         let x = if MARKS && x > 0.0 { 0.0 } else { x };
         let x = if x > -87.0 { x } else { -87.0 };
         let w = exp_neg_f32_with::<FUSED>(x);
-        let w = if MARKS && skip { 0.0 } else { w };
+        let w = if (MARKS && skip) || v > ceiling {
+            0.0
+        } else {
+            w
+        };
         *z += w;
         *dev = mul_add::<FUSED>(w, -x, *dev);
     };
@@ -132,25 +152,32 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool>(
     (z, err)
 }
 
-/// `Z` of `row` relative to `max` at temperature `t` with the `f64` [`exp_neg`]
-/// (relative error below `4e-15`), leaving out the tokens `marks` marks.
-pub(crate) fn precise<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32) -> f64 {
+/// The mass of the entries of `row` at or below `ceiling`, relative to `max` at
+/// temperature `t`, with the `f64` [`exp_neg`] (relative error below `4e-15`), leaving
+/// out the tokens `marks` marks.
+pub(crate) fn precise<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+    ceiling: f32,
+) -> f64 {
     let inv_t = 1.0 / f64::from(t);
     let max = f64::from(max);
     let mut z = [0.0f64; LANES];
-    let marked = |i: usize| marks.is_some_and(|m| is_marked(m, i));
+    let out = |i: usize, v: f32| v > ceiling || marks.is_some_and(|m| is_marked(m, i));
     let chunks = row.chunks_exact(LANES);
     let base = row.len() - chunks.remainder().len();
     for (c, chunk) in chunks.enumerate() {
         let v = load(chunk);
         for j in 0..LANES {
-            if !marked(c * LANES + j) {
+            if !out(c * LANES + j, v[j]) {
                 z[j] += exp_neg(((f64::from(v[j]) - max) * inv_t).min(0.0));
             }
         }
     }
     for (j, x) in row[base..].iter().enumerate() {
-        if !marked(base + j) {
+        if !out(base + j, x.to_f32()) {
             z[j] += exp_neg(((f64::from(x.to_f32()) - max) * inv_t).min(0.0));
         }
     }
@@ -161,10 +188,10 @@ pub(crate) fn precise<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32, t: f
 mod tests {
     use super::*;
 
-    fn exact(row: &[f32], marks: Option<&[u32]>, max: f32, t: f32) -> f64 {
+    fn exact(row: &[f32], marks: Option<&[u32]>, max: f32, t: f32, ceiling: f32) -> f64 {
         row.iter()
             .enumerate()
-            .filter(|&(i, _)| !marks.is_some_and(|m| is_marked(m, i)))
+            .filter(|&(i, &l)| l <= ceiling && !marks.is_some_and(|m| is_marked(m, i)))
             .map(|(_, &l)| ((f64::from(l) - f64::from(max)) / f64::from(t)).exp())
             .sum()
     }
@@ -203,15 +230,30 @@ mod tests {
                     None => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
                     Some(_) => max,
                 };
-                let truth = exact(&row, marks, max, t);
-                let (z, err) = fast(&row, marks, max, t);
-                assert!(
-                    (z - truth).abs() <= err,
-                    "n {n} t {t}: |{z} - {truth}| > {err}"
-                );
-                assert!(err <= 1e-5 * truth, "bound {err} too loose for {truth}");
-                let p = precise(&row, marks, max, t);
-                assert!((p - truth).abs() <= 1e-13 * truth, "{p} vs {truth}");
+                // The whole row; the entries at or below an entry's value (ties
+                // included); below the maximum by a tenth of the spread.
+                let tie = row[n / 2];
+                for ceiling in [f32::INFINITY, tie, max - scale.min(1e3) / 10.0] {
+                    let truth = exact(&row, marks, max, t, ceiling);
+                    let (z, err) = fast(&row, marks, max, t, ceiling);
+                    assert!(
+                        (z - truth).abs() <= err,
+                        "n {n} t {t} ceiling {ceiling}: |{z} - {truth}| > {err}"
+                    );
+                    // (The weights clamped at `e^-87` or `e^-708` only count when
+                    // everything summed lies that far below the maximum.)
+                    let tiny = n as f64 * 1e-30;
+                    assert!(err <= 1e-5 * truth + tiny, "bound {err} loose for {truth}");
+                    let p = precise(&row, marks, max, t, ceiling);
+                    let margin = 1e-13 * truth + n as f64 * 3.4e-308;
+                    assert!((p - truth).abs() <= margin, "{p} vs {truth}");
+                }
+                // A ceiling at the maximum keeps it (weight 1), and one just below
+                // leaves it out.
+                let at = fast(&row, marks, max, t, max);
+                let under = fast(&row, marks, max, t, max.next_down());
+                let gap = at.0 - under.0;
+                assert!((gap - 1.0).abs() <= at.1 + under.1, "{at:?} {under:?}");
             }
         }
     }

@@ -741,14 +741,27 @@ impl Sampler {
                 }
                 let (z, err) = *mass.get_or_insert_with(|| {
                     let ov = &s.overlay;
-                    // The row's unmarked tokens, then the patches (in `f64`).
-                    let (z, err) = if precise {
-                        (crate::mass::precise(adj, ov.marked(), max, t), 0.0)
-                    } else {
-                        crate::simd::row_mass(adj, ov.marked(), max, t)
-                    };
-                    let zp: f64 = ov.patch.iter().map(|&(_, l)| scaled(l, max, t).exp()).sum();
-                    (z + zp, err + zp * 1e-15)
+                    let weight = |&(_, l): &(u32, f32)| scaled(l, max, t).exp();
+                    if precise {
+                        // The row's unmarked tokens, then the patches (in `f64`).
+                        let z = crate::mass::precise(adj, ov.marked(), max, t, f32::INFINITY);
+                        let zp: f64 = ov.patch.iter().map(weight).sum();
+                        return (z + zp, 0.0);
+                    }
+                    // The candidates above the floor have their exact weights already;
+                    // every other token lies at or below it: the row's unmarked ones
+                    // with fast weights, whose bound is then in proportion to the mass
+                    // below the candidates only, and the patches in `f64`.
+                    let above: f64 = (s.cand.iter().zip(&s.weight))
+                        .filter(|(c, _)| c.0 > floor)
+                        .map(|(_, w)| w)
+                        .sum();
+                    let (zr, err) = crate::simd::row_mass(adj, ov.marked(), max, t, floor);
+                    let zp: f64 = ov.patch.iter().filter(|p| p.1 <= floor).map(weight).sum();
+                    let z = above + zr + zp;
+                    // (With the rounding of the `f64` weights and sums, and that of the
+                    // precise `Z` that decides again when this bound is not enough.)
+                    (z, err + z * 1e-11)
                 });
                 let target = f64::from(top_p) * z;
                 // The decision stands only if the error of `z` cannot move the target
@@ -1211,7 +1224,7 @@ fn beyond_reach(
     };
     // Every seed is an unmarked entry of the row, at most `max`; those at or above
     // `floor` are few, and taken back out.
-    let all = crate::simd::row_mass(seeds, None, max, t).0;
+    let all = crate::simd::row_mass(seeds, None, max, t, f32::INFINITY).0;
     let high: f64 = seeds
         .iter()
         .filter(|&&l| l >= floor)

@@ -143,7 +143,7 @@ dispatch!(
 dispatch!(
     /// [`mass::fast`], on the widest vectors the CPU has.
     row_mass, row_mass_avx2, row_mass_avx512, mass::fast, mass::fast_fused,
-    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32) -> (f64, f64)
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, ceiling: f32) -> (f64, f64)
 );
 
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -178,24 +178,26 @@ mod tests {
             let overlays = [Overlay::new(n), marked];
             let bits = |m: &[f64]| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             for ov in &overlays {
-                let (z, e) = mass::fast(&row, ov.marked(), max, t);
-                let mut copies: Vec<(f64, f64)> = Vec::new();
-                // SAFETY: each copy runs only when the CPU was found to support it.
-                unsafe {
-                    if avx2 {
-                        copies.push(row_mass_avx2(&row, ov.marked(), max, t));
+                for ceiling in [f32::INFINITY, max - 1.0] {
+                    let (z, e) = mass::fast(&row, ov.marked(), max, t, ceiling);
+                    let mut copies: Vec<(f64, f64)> = Vec::new();
+                    // SAFETY: each copy runs only when the CPU was found to support it.
+                    unsafe {
+                        if avx2 {
+                            copies.push(row_mass_avx2(&row, ov.marked(), max, t, ceiling));
+                        }
+                        if avx512 {
+                            copies.push(row_mass_avx512(&row, ov.marked(), max, t, ceiling));
+                        }
                     }
-                    if avx512 {
-                        copies.push(row_mass_avx512(&row, ov.marked(), max, t));
+                    let exact = mass::precise(&row, ov.marked(), max, t, ceiling);
+                    // The wide copies fuse multiply-adds: each `Z` within its own bound
+                    // of the precise one, and the bounds alike.
+                    assert!((z - exact).abs() <= e);
+                    for (z2, e2) in copies {
+                        assert!((z2 - exact).abs() <= e2, "{z2} {exact} {e2}");
+                        assert!((e2 - e).abs() <= 1e-3 * e, "bounds {e} and {e2}");
                     }
-                }
-                // The wide copies fuse multiply-adds: each `Z` within its own bound of
-                // the precise one, and the bounds alike.
-                let exact = mass::precise(&row, ov.marked(), max, t);
-                assert!((z - exact).abs() <= e);
-                for (z2, e2) in copies {
-                    assert!((z2 - exact).abs() <= e2, "{z2} {exact} {e2}");
-                    assert!((e2 - e).abs() <= 1e-3 * e, "bounds {e} and {e2}");
                 }
             }
             let whole = n / crate::adjust::BLOCK * crate::adjust::BLOCK;

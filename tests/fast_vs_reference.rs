@@ -499,3 +499,81 @@ fn flat_top_p_with_patches_matches_reference() {
         check(&c, &c.row, &c.row).unwrap();
     }
 }
+
+/// Top-p alone on peaked rows, at values of `p` next to the cumulative sums of the best
+/// 100 to 1,000 tokens. The total mass is the candidates' exact weights plus the rest of
+/// the row below the last candidate, so the rows test each way a token can lie around
+/// that split: 40 tokens tied with the last candidate, a bias that lifts a background
+/// token among the candidates and one that drops a peak below them, ten biased to just
+/// below the last candidate, a repetition penalty over a prompt, and (in the second round) a mask that bans every seventh
+/// token. The same kept set, probabilities and token as the reference.
+#[test]
+fn peaked_top_p_near_its_boundaries_matches_reference() {
+    let n = 40_000;
+    let mut r = Mix(23);
+    let mut row: Vec<f32> = (0..n).map(|_| (2.0 * r.normal()) as f32).collect();
+    for _ in 0..36 {
+        let i = (r.next() % n as u64) as usize;
+        row[i] = (8.0 + 7.0 * r.unit()) as f32;
+    }
+    let mut sorted = row.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let floor = sorted[1_023];
+    let mut tied = 0;
+    while tied < 40 {
+        let i = (r.next() % n as u64) as usize;
+        if row[i] < floor {
+            row[i] = floor;
+            tied += 1;
+        }
+    }
+    let peak = (0..n).find(|&i| row[i] >= 8.0).unwrap();
+    let low = (0..n).find(|&i| row[i].abs() < 0.5).unwrap();
+    let prompt: Vec<TokenId> = (0..64).map(|i| (i * 613 % n) as TokenId).collect();
+    let mut mask = TokenMask::new_full(n);
+    for id in (0..n).step_by(7).filter(|&i| i != peak && i != low) {
+        mask.disallow(id as TokenId).unwrap();
+    }
+    let mut decided = 0;
+    for mask in [None, Some(mask)] {
+        let mut base = SamplingParams::builder()
+            .logit_bias(low as TokenId, 9.0)
+            .logit_bias(peak as TokenId, -20.0)
+            .repetition_penalty(1.3);
+        // Ten tokens biased to just below the last candidate: patches at the top of
+        // the rest of the row.
+        for id in (1..n).step_by(3_989).take(10) {
+            base = base.logit_bias(id as TokenId, floor - 0.05 - row[id]);
+        }
+        let history = History::new(&prompt, prompt.len());
+        let params = base.clone().build().unwrap();
+        let adjusted = reference::adjust(&row, n, &params, &history, mask.as_ref()).unwrap();
+        let w: Vec<f64> = reference::candidates(&adjusted, 1.0)
+            .unwrap()
+            .iter()
+            .map(Candidate::weight)
+            .collect();
+        let total: f64 = w.iter().sum();
+        for k in [100usize, 400, 700, 1_000] {
+            let at: f64 = w[..k].iter().sum::<f64>() / total;
+            let p = at as f32;
+            for p in [p.next_down(), p, p.next_up(), p + 1e-6, p - 1e-6] {
+                let c = Case {
+                    row: row.clone(),
+                    params: base.clone().top_p(p).build().unwrap(),
+                    prompt: prompt.clone(),
+                    mask: mask.clone(),
+                    u: 0.37,
+                };
+                if margin(&w, f64::from(p) * total) > 1e-9 {
+                    decided += 1;
+                }
+                check(&c, &c.row, &c.row).unwrap();
+            }
+        }
+    }
+    assert!(
+        decided >= 30,
+        "only {decided} cases were far enough from rounding"
+    );
+}
