@@ -154,7 +154,9 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool>(
 
 /// The mass of the entries of `row` at or below `ceiling`, relative to `max` at
 /// temperature `t`, with the `f64` [`exp_neg`] (relative error below `4e-15`), leaving
-/// out the tokens `marks` marks.
+/// out the tokens `marks` marks. Always inlined, so that
+/// [`simd::row_mass_precise`](crate::simd::row_mass_precise) can compile it for AVX2.
+#[inline(always)]
 pub(crate) fn precise<T: Logit>(
     row: &[T],
     marks: Option<&[u32]>,
@@ -162,24 +164,44 @@ pub(crate) fn precise<T: Logit>(
     t: f32,
     ceiling: f32,
 ) -> f64 {
+    match marks {
+        None => precise_with::<T, false>(row, &[], max, t, ceiling),
+        Some(marks) => precise_with::<T, true>(row, marks, max, t, ceiling),
+    }
+}
+
+/// [`precise`], with the test of the marks compiled in or out. Every lane computes its
+/// weight and drops it when it is left out, so that the loop compiles to SIMD.
+#[inline(always)]
+fn precise_with<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    max: f32,
+    t: f32,
+    ceiling: f32,
+) -> f64 {
     let inv_t = 1.0 / f64::from(t);
     let max = f64::from(max);
     let mut z = [0.0f64; LANES];
-    let out = |i: usize, v: f32| v > ceiling || marks.is_some_and(|m| is_marked(m, i));
+    let weight = |v: f32, skip: bool| {
+        let w = exp_neg(((f64::from(v) - max) * inv_t).min(0.0));
+        if (MARKS && skip) || v > ceiling {
+            0.0
+        } else {
+            w
+        }
+    };
     let chunks = row.chunks_exact(LANES);
     let base = row.len() - chunks.remainder().len();
     for (c, chunk) in chunks.enumerate() {
         let v = load(chunk);
+        let m = lane_marks_if::<MARKS>(marks, c * LANES);
         for j in 0..LANES {
-            if !out(c * LANES + j, v[j]) {
-                z[j] += exp_neg(((f64::from(v[j]) - max) * inv_t).min(0.0));
-            }
+            z[j] += weight(v[j], m & BITS[j] != 0);
         }
     }
     for (j, x) in row[base..].iter().enumerate() {
-        if !out(base + j, x.to_f32()) {
-            z[j] += exp_neg(((f64::from(x.to_f32()) - max) * inv_t).min(0.0));
-        }
+        z[j] += weight(x.to_f32(), MARKS && is_marked(marks, base + j));
     }
     z.iter().sum()
 }

@@ -744,7 +744,8 @@ impl Sampler {
                     let weight = |&(_, l): &(u32, f32)| scaled(l, max, t).exp();
                     if precise {
                         // The row's unmarked tokens, then the patches (in `f64`).
-                        let z = crate::mass::precise(adj, ov.marked(), max, t, f32::INFINITY);
+                        let z =
+                            crate::simd::row_mass_precise(adj, ov.marked(), max, t, f32::INFINITY);
                         let zp: f64 = ov.patch.iter().map(weight).sum();
                         return (z + zp, 0.0);
                     }
