@@ -165,10 +165,9 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
         }
         keys.clear();
     }
-    let dense = overlay.has_bulk_bans();
     let collect = |threshold: f32, keys: &mut Vec<u64>| match marks {
-        None => collect_above::<T, false>(row, &[], false, k, threshold, keys),
-        Some(m) => collect_above::<T, true>(row, m, dense, k, threshold, keys),
+        None => collect_above::<T, false>(row, &[], k, threshold, keys),
+        Some(m) => collect_above::<T, true>(row, m, k, threshold, keys),
     };
     let found = collect(start_at, keys)?;
     overlay.check()?;
@@ -195,60 +194,54 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
 
 /// The pass of [`select_buffered`] from `threshold` on: every unmarked entry above the
 /// running threshold joins `keys`, cut back to the best `k` whenever `BUFFERED * k` are
-/// held. `dense` (a mask's marks) has the scan leave the marked entries out. Returns how many entries beat `threshold`'s starting value (at least `k` means
-/// `keys` holds the best `k` unmarked entries), and checks the row.
+/// held. Returns how many entries beat the running threshold (at least `k` means `keys`
+/// holds the best `k` unmarked entries), and checks the row.
+///
+/// The pass runs over groups of [`GROUP`] blocks. For each group, [`block_masks`](crate::simd::block_masks) marks
+/// the entries above the threshold with one bit each, on the widest vectors the CPU has
+/// and without a branch; the blocks with a bit set are listed, again without a branch;
+/// then only their set bits are visited. A row the branch predictor has not seen before
+/// (every row a model produces) thus costs about one mispredicted branch per block
+/// holding candidates, instead of one per chunk and per entry taken.
 fn collect_above<T: crate::element::Logit, const MARKS: bool>(
     row: &[T],
     marks: &[u32],
-    dense: bool,
     k: usize,
     mut threshold: f32,
     keys: &mut Vec<u64>,
 ) -> Result<usize, crate::Error> {
-    use crate::adjust::{load, BLOCK, LANES};
+    use crate::adjust::{BLOCK, LANES};
     let marked = |i: usize| MARKS && crate::adjust::is_marked(marks, i);
     let mut sum = [0.0f32; LANES];
     let mut found = 0;
     let whole = row.len() / BLOCK * BLOCK;
+    let mut masks = [0u64; GROUP];
+    let mut hits = [0u16; GROUP];
     let mut from = 0;
-    // (As in `select_row`: only a mask's marks leave the scan's maxima.)
-    let scan_marks = (MARKS && dense).then_some(marks);
-    while let Some(b) = scan_from(row, from, whole, scan_marks, threshold, &mut sum) {
-        let start = from + b * BLOCK;
-        for (c, chunk) in row[start..start + BLOCK].chunks_exact(LANES).enumerate() {
-            let v = load(chunk);
-            let base = start + c * LANES;
-            if MARKS {
-                // One bit per entry to take, the marked ones cleared: no branch per entry.
-                let mut take = 0u32;
-                for (j, &l) in v.iter().enumerate() {
-                    take |= u32::from(l > threshold) << j;
-                }
-                take &= !crate::adjust::lane_marks_if::<MARKS>(marks, base);
-                while take != 0 {
-                    let j = take.trailing_zeros() as usize;
-                    keys.push(pack(v[j], (base + j) as TokenId));
-                    found += 1;
-                    take &= take - 1;
-                }
-            } else if crate::adjust::lanes_max(&v) > threshold {
-                // Most chunks hold no entry above the threshold: their maximum rules them
-                // out, and the entries of the others are tested one by one. (Built as a
-                // bit mask like the marked case, the test compiled to stores and
-                // overlapping reloads of the chunk, which stalled every chunk.) A NaN
-                // may hide its chunk here; the check of the sums below rejects the row.
-                for (j, &l) in v.iter().enumerate() {
-                    if l > threshold {
-                        keys.push(pack(l, (base + j) as TokenId));
-                        found += 1;
-                    }
-                }
+    while from < whole {
+        let to = whole.min(from + GROUP * BLOCK);
+        let blocks = (to - from) / BLOCK;
+        let group_marks = MARKS.then(|| &marks[from / 32..]);
+        crate::simd::block_masks(&row[from..to], group_marks, threshold, &mut sum, &mut masks);
+        let mut h = 0;
+        for (b, &m) in masks[..blocks].iter().enumerate() {
+            hits[h] = b as u16;
+            h += usize::from(m != 0);
+        }
+        for &b in &hits[..h] {
+            let base = from + usize::from(b) * BLOCK;
+            let mut m = masks[usize::from(b)];
+            while m != 0 {
+                let j = m.trailing_zeros() as usize;
+                keys.push(pack(row[base + j].to_f32(), (base + j) as TokenId));
+                m &= m - 1;
             }
+            found += masks[usize::from(b)].count_ones() as usize;
         }
         if keys.len() >= BUFFERED * k {
             threshold = keep_best(keys, k);
         }
-        from = start + BLOCK;
+        from = to;
     }
     for (j, x) in row[whole..].iter().enumerate() {
         let l = x.to_f32();
@@ -262,6 +255,58 @@ fn collect_above<T: crate::element::Logit, const MARKS: bool>(
         crate::adjust::first_non_finite_of(row)?;
     }
     Ok(found)
+}
+
+/// How many blocks [`collect_above`] marks before it visits their bits: the bits fit in
+/// 2 KiB of stack.
+pub(crate) const GROUP: usize = 256;
+
+/// For each whole block of `part`, the bits of its entries above `threshold` that `marks`
+/// (token `i` of `part` at bit `i % 32` of `marks[i / 32]`, or none) does not mark, entry
+/// `j` of the block at bit `j`, into `masks`; every entry read joins the lane sums `sum`.
+/// No branch depends on the entries. Run through
+/// [`simd::block_masks`](crate::simd::block_masks), which compiles it for wider vectors.
+#[inline(always)]
+pub(crate) fn block_masks_portable<T: crate::element::Logit>(
+    part: &[T],
+    marks: Option<&[u32]>,
+    threshold: f32,
+    sum: &mut [f32; crate::adjust::LANES],
+    masks: &mut [u64; GROUP],
+) {
+    match marks {
+        None => block_masks_with::<T, false>(part, &[], threshold, sum, masks),
+        Some(m) => block_masks_with::<T, true>(part, m, threshold, sum, masks),
+    }
+}
+
+/// [`block_masks_portable`], with the test of the marks compiled in or out.
+#[inline(always)]
+fn block_masks_with<T: crate::element::Logit, const MARKS: bool>(
+    part: &[T],
+    marks: &[u32],
+    threshold: f32,
+    sum: &mut [f32; crate::adjust::LANES],
+    masks: &mut [u64; GROUP],
+) {
+    use crate::adjust::{lane_marks_if, load, BLOCK, LANES};
+    let mut acc = *sum;
+    for (b, block) in part.chunks_exact(BLOCK).take(GROUP).enumerate() {
+        let mut bits = 0u64;
+        for (c, chunk) in block.chunks_exact(LANES).enumerate() {
+            let v = load(chunk);
+            let mut w = [0u32; LANES];
+            for j in 0..LANES {
+                acc[j] += v[j];
+                w[j] = u32::from(v[j] > threshold) << j;
+            }
+            let above = w.iter().fold(0, |a, &x| a | x);
+            let unmarked = !lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES) & 0xffff;
+            bits |= u64::from(above & unmarked) << (c * LANES);
+        }
+        masks[b] = bits;
+    }
+    *sum = acc;
 }
 
 /// How many times `k` entries [`select_buffered`] holds before it cuts back to `k`.
