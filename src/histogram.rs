@@ -5,9 +5,9 @@
 //! units, `d = (max - l) / T`: bucket `b` holds `d` within `1 / 128` nat of `b / 64`
 //! nats, and the last bucket everything from about 64 nats down (weights below
 //! `e^-64`). One pass accumulates each bucket's count and weight `sum exp(-d)` in `f64`, with the
-//! vectorised `f32` [`exp_neg_f32`](crate::exp::exp_neg_f32) and a bound on each
+//! vectorised `f32` [`exp_neg_f32`] and a bound on each
 //! bucket's error ([`error_bound`]), or, when a decision falls within that bound, with
-//! the `f64` [`exp_neg`](crate::exp::exp_neg) (relative error below `4e-15`).
+//! the `f64` [`exp_neg`] (relative error below `4e-15`).
 //!
 //! The bucket index is a monotone (non-increasing) function of the logit, computed by the
 //! same [`key`] everywhere, so bucket order is the candidates' order: every token of

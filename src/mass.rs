@@ -18,7 +18,7 @@
 //! - the argument is `fl(fl(l - max) * fl(1 / T))`: at most three roundings (one when
 //!   `T = 1`), so within `3.01 * 2^-24 * |x|` of `x`, which moves `e^x` by at most that
 //!   relative amount;
-//! - [`exp_neg_f32`] adds a relative error of at most [`F32_REL_ERROR`];
+//! - [`exp_neg_f32`](crate::exp::exp_neg_f32) adds a relative error of at most [`F32_REL_ERROR`];
 //! - below `-87` the weight is `e^-87` instead of something smaller: an absolute error
 //!   of at most [`F32_ABS_ERROR`] per entry (`-inf` entries included);
 //! - each lane sums four weights in `f32` (at most `3 * 2^-24` of their sum) before

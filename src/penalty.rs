@@ -53,7 +53,7 @@ pub(crate) fn apply(
 
 /// The penalty stage of a [`Chain`](crate::Chain): repetition, frequency and presence
 /// penalties over the history, with the same semantics as in
-/// [`SamplingParams`](crate::SamplingParams).
+/// [`SamplingParams`].
 ///
 /// # Example
 /// ```
