@@ -102,10 +102,14 @@
 //!
 //! # Safety
 //!
-//! The only `unsafe` code is in the module that runs the exp passes and the
-//! running-threshold scan with AVX-512 or AVX2 when the CPU has them: calls to
-//! `#[target_feature]` copies of the portable code, after run-time detection. A test checks
-//! that every copy gives bit-identical results.
+//! The only `unsafe` code is in the module that runs the exp passes, the
+//! running-threshold scan and the marking of top-p's candidates with AVX-512 or AVX2 when
+//! the CPU has them: calls to `#[target_feature]` copies of the portable code (two of them
+//! written with the comparison's mask instructions), after run-time detection. A test
+//! checks that every copy gives the same results as the portable code: bit for bit, and
+//! for the row's total mass, whose wide copies fuse multiply-adds, within the error bound
+//! that decides whether the fast mass may take a decision, so that no token depends on
+//! the CPU.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
