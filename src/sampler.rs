@@ -721,9 +721,18 @@ impl Sampler {
             let mut cap = keep.max(NUCLEUS);
             let mut mass = None;
             s.weight.clear();
+            s.rest.clear();
+            let mut extend = false;
             loop {
-                let (keys, seeds) = (&mut s.keys, &mut s.seeds);
-                top_k::select_buffered(adj, cap, &s.overlay, keys, seeds, &mut s.cand)?;
+                if extend {
+                    // The entries the selection found beyond its best `cap`, which are
+                    // the next best: taken before selecting again.
+                    top_k::append_rest(&mut s.rest, &mut s.cand);
+                    extend = false;
+                } else {
+                    let (keys, seeds, rest) = (&mut s.keys, &mut s.seeds, &mut s.rest);
+                    top_k::select_buffered(adj, cap, &s.overlay, keys, seeds, &mut s.cand, rest)?;
+                }
                 let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
                 known_max = Some(max);
                 let floor = s.cand.last().map_or(max, |c| c.0);
@@ -784,6 +793,10 @@ impl Sampler {
                     let total = s.weight.iter().sum();
                     return Ok(Some(Survivors::Prefix { n, total }));
                 }
+                if !s.rest.is_empty() {
+                    extend = true;
+                    continue;
+                }
                 // Every remaining token weighs at most the last one taken, so at least
                 // `(target - c) / last` more are needed.
                 let last = s.weight.last().copied().unwrap_or(0.0);
@@ -791,12 +804,13 @@ impl Sampler {
                 // (A lower bound: half as many again are taken.)
                 let need = s.cand.len() as f64 + ((target - c) / last).ceil();
                 let next = 1.5 * need;
-                if s.cand.len() < cap || next.is_nan() || next > NUCLEUS_MAX as f64 {
+                if s.cand.len() < cap || need.is_nan() || need > NUCLEUS_MAX as f64 {
                     // Every finite token taken yet short of the target (a rounding case
                     // for the histogram to settle), or a large nucleus (a flat row).
                     break;
                 }
-                // (At least twice as many: the loop ends within two more selections.)
+                // (At least twice as many, at most `NUCLEUS_MAX`: the loop ends within two
+                // more selections.)
                 cap = (next as usize)
                     .next_power_of_two()
                     .max(2 * cap)
@@ -1351,7 +1365,9 @@ mod tests {
             (&seeded, 1.0, false),
         ] {
             let (mut keys, mut seeds, mut cand) = (Vec::new(), Vec::new(), Vec::new());
-            top_k::select_buffered(row, NUCLEUS, &ov, &mut keys, &mut seeds, &mut cand).unwrap();
+            let rest = &mut Vec::new();
+            top_k::select_buffered(row, NUCLEUS, &ov, &mut keys, &mut seeds, &mut cand, rest)
+                .unwrap();
             assert!(seeds.len() >= n / adjust::BLOCK - 1);
             let (max, floor) = (cand[0].0, cand[cand.len() - 1].0);
             let mut weight = Vec::new();

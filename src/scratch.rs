@@ -33,6 +33,9 @@ pub(crate) struct Scratch {
     pub(crate) keys: Vec<u64>,
     /// The entries that selection samples (one per block) for its starting threshold.
     pub(crate) seeds: Vec<f32>,
+    /// The keys that selection found beyond the best `k` (see
+    /// [`select_buffered`](crate::top_k::select_buffered)).
+    pub(crate) rest: Vec<u64>,
 }
 
 impl Scratch {
@@ -54,6 +57,7 @@ impl Scratch {
             hist_mass: vec![0.0; crate::histogram::SLOTS],
             keys: Vec::new(),
             seeds: Vec::with_capacity(vocab_size / crate::adjust::BLOCK + 1),
+            rest: Vec::new(),
         }
     }
 }

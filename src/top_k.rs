@@ -119,6 +119,11 @@ pub(crate) fn select_row<T: crate::element::Logit>(
 /// `seed_values` receives the entries the starting threshold is taken from (one per block,
 /// unmarked and finite; empty for a short row), a sample of the row.
 ///
+/// `rest` receives the entries beyond the best `k` that the pass found anyway (unsorted,
+/// as keys; see [`append_rest`]), when they are exactly the next best ones: every entry
+/// above the starting threshold, which the pass took whenever it never had to cut back.
+/// Otherwise it is left empty.
+///
 /// # Errors
 /// As [`select_row`], then the patches' own NaN/`+inf`.
 pub(crate) fn select_buffered<T: crate::element::Logit>(
@@ -128,11 +133,13 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     keys: &mut Vec<u64>,
     seed_values: &mut Vec<f32>,
     out: &mut Vec<(f32, TokenId)>,
+    rest: &mut Vec<u64>,
 ) -> Result<(), crate::Error> {
     use crate::adjust::BLOCK;
     out.clear();
     keys.clear();
     seed_values.clear();
+    rest.clear();
     if k == 0 {
         crate::adjust::max_checked(row)?;
         return overlay.check();
@@ -170,6 +177,8 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
         Some(m) => collect_above::<T, true>(row, m, k, threshold, keys),
     };
     let found = collect(start_at, keys)?;
+    // (The pass holds every entry it found unless it had to cut back.)
+    let mut complete = keys.len() == found;
     overlay.check()?;
     let patched = |threshold: f32| {
         overlay
@@ -181,10 +190,18 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     if found + patched(start_at).count() < k && start_at > f32::NEG_INFINITY {
         keys.clear();
         collect(f32::NEG_INFINITY, keys)?;
+        complete = false;
     }
     keys.extend(patched(f32::NEG_INFINITY));
     if keys.len() > k {
-        keep_best(keys, k);
+        keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+        if complete {
+            // Every entry above the starting threshold is here: those beyond the best
+            // `k` are the next best. (Patches below it are not.)
+            let above = pack(start_at, 0);
+            rest.extend(keys[k..].iter().filter(|&&key| key > above));
+        }
+        keys.truncate(k);
     }
     // Descending keys are the candidates in [`order`].
     keys.sort_unstable_by(|a, b| b.cmp(a));
@@ -307,6 +324,14 @@ fn block_masks_with<T: crate::element::Logit, const MARKS: bool>(
         masks[b] = bits;
     }
     *sum = acc;
+}
+
+/// Sorts the `rest` of a [`select_buffered`] and appends it to the candidates it chose,
+/// which it continues: the candidates are then the best `out.len()` entries, in order.
+pub(crate) fn append_rest(rest: &mut Vec<u64>, out: &mut Vec<(f32, TokenId)>) {
+    rest.sort_unstable_by(|a, b| b.cmp(a));
+    out.extend(rest.iter().map(|&key| unpack(key)));
+    rest.clear();
 }
 
 /// How many times `k` entries [`select_buffered`] holds before it cuts back to `k`.
@@ -655,6 +680,8 @@ mod tests {
     #[test]
     fn buffered_selection_equals_a_full_sort() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
+        // How many entries beyond `k` each selection under marks kept.
+        let mut rests = Vec::new();
         // (Rows of several groups of blocks, the last one partial, and a remainder; with
         // few levels, more than `BUFFERED * k` entries beat the starting threshold, so
         // the pass cuts back within a group.)
@@ -686,10 +713,15 @@ mod tests {
             all.sort_by(order);
             let mut best = all.clone();
             best.truncate(k);
-            let (mut keys, mut out) = (Vec::new(), Vec::new());
+            let (mut keys, mut out, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+            let seeds = &mut Vec::new();
             let plain = crate::adjust::Overlay::new(n);
-            select_buffered(&row, k, &plain, &mut keys, &mut Vec::new(), &mut out).unwrap();
+            select_buffered(&row, k, &plain, &mut keys, seeds, &mut out, &mut rest).unwrap();
             assert_eq!(out, best, "n {n} k {k}");
+            // With the rest, the best ones that many more.
+            let more = rest.len();
+            append_rest(&mut rest, &mut out);
+            assert_eq!(out[..], all[..k.min(all.len()) + more], "n {n} k {k} rest");
             // Under marks (about one token in four banned) and patches: a bias that lifts
             // one token to the top, sinks another, and bans a third.
             let mut allowed: Vec<u32> = (0..n.div_ceil(32))
@@ -701,12 +733,17 @@ mod tests {
                 })
                 .collect();
             let (up, down, gone) = (n / 2, n / 3, n / 5);
-            let params = crate::params::SamplingParams::builder()
+            let mut params = crate::params::SamplingParams::builder()
                 .logit_bias(up as TokenId, 1e6)
                 .logit_bias(down as TokenId, -1e6)
-                .logit_bias(gone as TokenId, 1.0)
-                .build()
-                .unwrap();
+                .logit_bias(gone as TokenId, 1.0);
+            // Patches that keep their token's value, on tokens of every level: some lie
+            // at the starting threshold, which the rest must leave out, as the pass does
+            // the row's entries there.
+            for id in (1..n).step_by(97).filter(|i| ![up, down, gone].contains(i)) {
+                params = params.logit_bias(id as TokenId, 0.0);
+            }
+            let params = params.build().unwrap();
             let mut ov = crate::adjust::Overlay::new(n);
             allowed[up / 32] |= 1 << (up % 32);
             allowed[down / 32] |= 1 << (down % 32);
@@ -727,18 +764,28 @@ mod tests {
                 .filter(|&(l, _)| l > f32::NEG_INFINITY)
                 .collect();
             masked.sort_by(order);
-            masked.truncate(k);
-            select_buffered(&row, k, &ov, &mut keys, &mut Vec::new(), &mut out).unwrap();
-            assert_eq!(out, masked, "n {n} k {k} under marks");
+            select_buffered(&row, k, &ov, &mut keys, seeds, &mut out, &mut rest).unwrap();
+            assert_eq!(
+                out[..],
+                masked[..k.min(masked.len())],
+                "n {n} k {k} under marks"
+            );
+            let more = rest.len();
+            append_rest(&mut rest, &mut out);
+            let all = k.min(masked.len()) + more;
+            assert_eq!(out[..], masked[..all], "n {n} k {k} under marks, rest");
+            rests.push(more);
         }
+        assert!(rests.iter().any(|&r| r > 0), "no rest kept: {rests:?}");
         // The entries the starting threshold is taken from are the row's largest: fewer
         // than `k` lie above it, and the pass runs again.
         let row: Vec<f32> = (0..12_800)
             .map(|i| if i % 64 == 0 { 100.0 } else { (i % 7) as f32 })
             .collect();
-        let (mut keys, mut out) = (Vec::new(), Vec::new());
+        let (mut keys, mut out, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+        let seeds = &mut Vec::new();
         let plain = crate::adjust::Overlay::new(row.len());
-        select_buffered(&row, 1024, &plain, &mut keys, &mut Vec::new(), &mut out).unwrap();
+        select_buffered(&row, 1024, &plain, &mut keys, seeds, &mut out, &mut rest).unwrap();
         let mut all: Vec<(f32, TokenId)> = row
             .iter()
             .enumerate()
@@ -747,5 +794,29 @@ mod tests {
         all.sort_by(order);
         all.truncate(1024);
         assert_eq!(out, all);
+        // (A pass that runs again keeps no rest.)
+        assert!(rest.is_empty());
+        // The entries the starting threshold is taken from are the row's smallest: far
+        // more than `BUFFERED * k` lie above it, the pass cuts back, and it keeps no rest
+        // (the entries it dropped on the way are not all the next best).
+        let row: Vec<f32> = (0..40_000)
+            .map(|i| {
+                if i % 64 == 0 {
+                    -1.0
+                } else {
+                    (i % 1_000) as f32
+                }
+            })
+            .collect();
+        let plain = crate::adjust::Overlay::new(row.len());
+        select_buffered(&row, 100, &plain, &mut keys, seeds, &mut out, &mut rest).unwrap();
+        let mut all: Vec<(f32, TokenId)> = row
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (l, i as TokenId))
+            .collect();
+        all.sort_by(order);
+        assert_eq!(out[..], all[..100]);
+        assert!(rest.is_empty());
     }
 }
