@@ -54,23 +54,11 @@ pub(crate) fn fast<T: Logit>(
     fast_in::<T, false>(row, marks, max, t, ceiling)
 }
 
-/// [`fast`] with fused multiply-adds (see [`exp_neg_f32_with`]): for code compiled with
-/// the `fma` target feature. Its `Z` may differ from [`fast`]'s in the last bits, within
-/// the same bound.
+/// [`fast`], and with `FUSED` its multiply-adds fused (see [`exp_neg_f32_with`]): for
+/// code compiled with the `fma` target feature. The fused `Z` may differ from [`fast`]'s
+/// in the last bits, within the same bound.
 #[inline(always)]
-pub(crate) fn fast_fused<T: Logit>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    max: f32,
-    t: f32,
-    ceiling: f32,
-) -> (f64, f64) {
-    fast_in::<T, true>(row, marks, max, t, ceiling)
-}
-
-/// [`fast`], fused or not.
-#[inline(always)]
-fn fast_in<T: Logit, const FUSED: bool>(
+pub(crate) fn fast_in<T: Logit, const FUSED: bool>(
     row: &[T],
     marks: Option<&[u32]>,
     max: f32,

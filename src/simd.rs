@@ -21,7 +21,7 @@
 //! counts and masses, hence identical tokens. The test below checks it.
 //!
 //! The one exception is the row's mass ([`row_mass`]), whose wide copies fuse the
-//! multiply-adds of the `exp` ([`mass::fast_fused`]; about 8% of a peaked row's top-p on
+//! multiply-adds of the `exp` ([`mass::fast_in`]; about 8% of a peaked row's top-p on
 //! AVX-512), so the wide copies need the `fma` feature too. Its `Z` may differ from the
 //! portable one in the last bits, within the same error bound, and no token depends on
 //! those bits: top-p takes a decision from the fast `Z` only when no value within its
@@ -275,7 +275,7 @@ fn block_masks_avx2<T: Logit, const MARKS: bool>(
 
 dispatch!(
     /// [`mass::fast`], on the widest vectors the CPU has.
-    row_mass, row_mass_avx2, row_mass_avx512, mass::fast, mass::fast_fused,
+    row_mass, row_mass_avx2, row_mass_avx512, mass::fast, mass::fast_in::<T, true>,
     fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, ceiling: f32) -> (f64, f64)
 );
 

@@ -677,6 +677,17 @@ mod tests {
         }
     }
 
+    /// Every entry of `row` with its id, in [`order`].
+    fn sorted(row: &[f32]) -> Vec<(f32, TokenId)> {
+        let mut all: Vec<(f32, TokenId)> = row
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (l, i as TokenId))
+            .collect();
+        all.sort_by(order);
+        all
+    }
+
     #[test]
     fn buffered_selection_equals_a_full_sort() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -786,14 +797,7 @@ mod tests {
         let seeds = &mut Vec::new();
         let plain = crate::adjust::Overlay::new(row.len());
         select_buffered(&row, 1024, &plain, &mut keys, seeds, &mut out, &mut rest).unwrap();
-        let mut all: Vec<(f32, TokenId)> = row
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (l, i as TokenId))
-            .collect();
-        all.sort_by(order);
-        all.truncate(1024);
-        assert_eq!(out, all);
+        assert_eq!(out[..], sorted(&row)[..1024]);
         // (A pass that runs again keeps no rest.)
         assert!(rest.is_empty());
         // The entries the starting threshold is taken from are the row's smallest: far
@@ -810,13 +814,7 @@ mod tests {
             .collect();
         let plain = crate::adjust::Overlay::new(row.len());
         select_buffered(&row, 100, &plain, &mut keys, seeds, &mut out, &mut rest).unwrap();
-        let mut all: Vec<(f32, TokenId)> = row
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (l, i as TokenId))
-            .collect();
-        all.sort_by(order);
-        assert_eq!(out[..], all[..100]);
+        assert_eq!(out[..], sorted(&row)[..100]);
         assert!(rest.is_empty());
     }
 }
