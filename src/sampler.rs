@@ -722,16 +722,15 @@ impl Sampler {
             let mut mass = None;
             s.weight.clear();
             s.rest.clear();
-            let mut extend = false;
             loop {
-                if extend {
-                    // The entries the selection found beyond its best `cap`, which are
-                    // the next best: taken before selecting again.
-                    top_k::append_rest(&mut s.rest, &mut s.cand);
-                    extend = false;
-                } else {
+                if s.rest.is_empty() {
                     let (keys, seeds, rest) = (&mut s.keys, &mut s.seeds, &mut s.rest);
                     top_k::select_buffered(adj, cap, &s.overlay, keys, seeds, &mut s.cand, rest)?;
+                } else {
+                    // The entries the last selection found beyond its best `cap`, which
+                    // are the next best (left only when the candidates fell short): taken
+                    // before selecting again.
+                    top_k::append_rest(&mut s.rest, &mut s.cand);
                 }
                 let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
                 known_max = Some(max);
@@ -794,7 +793,6 @@ impl Sampler {
                     return Ok(Some(Survivors::Prefix { n, total }));
                 }
                 if !s.rest.is_empty() {
-                    extend = true;
                     continue;
                 }
                 // Every remaining token weighs at most the last one taken, so at least
