@@ -141,7 +141,7 @@ fn bench_apply(c: &mut Criterion, name: &str, mask: &TokenMask) {
 struct Dense;
 
 impl LogitsProcessor for Dense {
-    fn process(&self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {
+    fn process(&mut self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {
         Ok(())
     }
 }

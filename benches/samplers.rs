@@ -140,7 +140,7 @@ fn bench(c: &mut Criterion) {
             Box::new(AllowedTokens::new((0..1000).map(|i| i * 97)).unwrap()),
         ),
     ];
-    for (name, p) in procs {
+    for (name, mut p) in procs {
         c.bench_function(name, |b| {
             b.iter(|| {
                 buf.copy_from_slice(&row);

@@ -109,7 +109,7 @@ impl Stage for AllowedTokens {
 }
 
 impl LogitsProcessor for AllowedTokens {
-    fn process(&self, logits: &mut [f32], _: &History<'_>) -> Result<(), Error> {
+    fn process(&mut self, logits: &mut [f32], _: &History<'_>) -> Result<(), Error> {
         self.mask(logits)
     }
 }

@@ -106,7 +106,7 @@ impl Stage for BadWords {
 }
 
 impl LogitsProcessor for BadWords {
-    fn process(&self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
+    fn process(&mut self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
         self.for_each_banned(history.tokens(), logits.len(), |id| {
             logits[id as usize] = f32::NEG_INFINITY;
         })

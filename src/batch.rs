@@ -4,10 +4,13 @@ use crate::element::Logit;
 use crate::error::Error;
 use crate::sample::Sample;
 use crate::sampler::Sampler;
+use crate::sequence_sampler::SequenceSampler;
 
 /// Samples one token for each of `B` sequences from a `[B, row_len]` block of logits.
 ///
-/// Each row has its own [`Sampler`]: its own parameters, seed, history and scratch. A
+/// Each row has its own [`Sampler`] (or, as a `BatchSampler<Chain>`, its own
+/// [`Chain`](crate::Chain), in any order of stages): its own parameters, seed, history
+/// and scratch. A
 /// row's result depends only on its own sampler and its own row, never on the other rows,
 /// the batch size or the order of the rows, since draw `n` of a sequence is keyed by
 /// `(seed, n)`.
@@ -27,25 +30,25 @@ use crate::sampler::Sampler;
 /// # Ok::<(), logits::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct BatchSampler {
-    samplers: Vec<Sampler>,
+pub struct BatchSampler<S: SequenceSampler = Sampler> {
+    samplers: Vec<S>,
     results: Vec<Result<Sample, Error>>,
 }
 
-impl BatchSampler {
+impl<S: SequenceSampler> BatchSampler<S> {
     /// A batch of the given per-row samplers.
-    pub fn new(samplers: Vec<Sampler>) -> Self {
+    pub fn new(samplers: Vec<S>) -> Self {
         let results = Vec::with_capacity(samplers.len());
         BatchSampler { samplers, results }
     }
 
     /// The per-row samplers.
-    pub fn samplers(&self) -> &[Sampler] {
+    pub fn samplers(&self) -> &[S] {
         &self.samplers
     }
 
     /// The per-row samplers, to push prompts or change rows between steps.
-    pub fn samplers_mut(&mut self) -> &mut Vec<Sampler> {
+    pub fn samplers_mut(&mut self) -> &mut Vec<S> {
         &mut self.samplers
     }
 
@@ -78,8 +81,8 @@ impl BatchSampler {
 }
 
 #[cfg(not(feature = "rayon"))]
-fn sample_rows<T: Logit>(
-    samplers: &mut [Sampler],
+fn sample_rows<S: SequenceSampler, T: Logit>(
+    samplers: &mut [S],
     logits: &[T],
     row_len: usize,
     results: &mut [Result<Sample, Error>],
@@ -89,13 +92,13 @@ fn sample_rows<T: Logit>(
         .zip(logits.chunks_exact(row_len))
         .zip(results)
     {
-        *r = s.sample(row);
+        *r = s.sample_next(row, None);
     }
 }
 
 #[cfg(feature = "rayon")]
-fn sample_rows<T: Logit>(
-    samplers: &mut [Sampler],
+fn sample_rows<S: SequenceSampler, T: Logit>(
+    samplers: &mut [S],
     logits: &[T],
     row_len: usize,
     results: &mut [Result<Sample, Error>],
@@ -105,5 +108,5 @@ fn sample_rows<T: Logit>(
         .par_iter_mut()
         .zip(logits.par_chunks_exact(row_len))
         .zip(results.par_iter_mut())
-        .for_each(|((s, row), r)| *r = s.sample(row));
+        .for_each(|((s, row), r)| *r = s.sample_next(row, None));
 }

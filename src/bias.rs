@@ -49,6 +49,10 @@ impl crate::chain::Stage for LogitBias {
         "logit_bias"
     }
 
+    fn lowering(&self) -> crate::chain::lower::Lowering {
+        crate::chain::lower::Lowering::Bias(self.entries.clone())
+    }
+
     /// # Errors
     /// [`Error::TokenOutOfRange`](crate::Error::TokenOutOfRange) for an id outside the
     /// vocabulary.

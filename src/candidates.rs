@@ -48,6 +48,43 @@ impl Candidates {
         self.dense = true;
     }
 
+    /// Makes the set every one of `n` tokens in id order at temperature 1, with logits
+    /// to be written through [`logits_mut`](Self::logits_mut) (their values are
+    /// unspecified until then). Costs nothing when the set already was the whole row.
+    pub(crate) fn reset_dense(&mut self, n: usize) {
+        if !(self.dense && self.ids.len() == n) {
+            self.ids.clear();
+            self.ids.extend(0..n as TokenId);
+        }
+        self.logits.resize(n, 0.0);
+        self.temperature = 1.0;
+        self.sorted = false;
+        self.dense = true;
+    }
+
+    /// Makes room for `n` candidates, so that refilling the set with at most that many
+    /// allocates nothing.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.ids.reserve(n.saturating_sub(self.ids.len()));
+        self.logits.reserve(n.saturating_sub(self.logits.len()));
+        self.pairs.reserve(n.saturating_sub(self.pairs.len()));
+    }
+
+    /// Refills the set with `(id, logit)` pairs already in draw order (finite logits,
+    /// descending, ties to the lower id), at temperature `t`: what the first cut of a
+    /// chain leaves for the stages after it.
+    pub(crate) fn reset_sorted(&mut self, pairs: impl IntoIterator<Item = (TokenId, f32)>, t: f64) {
+        self.ids.clear();
+        self.logits.clear();
+        for (id, l) in pairs {
+            self.ids.push(id);
+            self.logits.push(l);
+        }
+        self.temperature = t;
+        self.sorted = true;
+        self.dense = false;
+    }
+
     /// Number of candidates.
     pub fn len(&self) -> usize {
         self.ids.len()
@@ -72,6 +109,12 @@ impl Candidates {
     pub fn logits_mut(&mut self) -> &mut [f32] {
         self.sorted = false;
         &mut self.logits
+    }
+
+    /// The ids, and the logits to adjust in place.
+    pub(crate) fn ids_and_logits_mut(&mut self) -> (&[TokenId], &mut [f32]) {
+        self.sorted = false;
+        (&self.ids, &mut self.logits)
     }
 
     /// True while the set is every vocabulary token in id order (index == id), so a

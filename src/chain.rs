@@ -1,13 +1,13 @@
 //! [`Chain`]: an explicit, user-ordered sequence of stages ending in one draw.
 
-use crate::adjust;
 use crate::candidates::Candidates;
 use crate::element::Logit;
+use crate::engine::{End, Engine, Plan};
 use crate::error::Error;
-use crate::history::{History, Sequence};
-use crate::logprobs;
+use crate::history::History;
 use crate::mask::TokenMask;
-use crate::params::MAX_LOGPROBS;
+use crate::params::{SamplingParams, MAX_LOGPROBS};
+use crate::processor::{LogitsProcessor, ProcessorStage};
 use crate::rng::DrawRng;
 use crate::sample::Sample;
 use crate::TokenId;
@@ -53,23 +53,68 @@ pub trait Stage: Send + std::fmt::Debug {
 
     /// Called by [`Chain::reset`].
     fn reset(&mut self) {}
+
+    /// What the engine knows of a built-in stage, so that it can run the stage on its
+    /// shared kernels. Not part of the API: a user's stage is always run through
+    /// [`apply`](Self::apply).
+    #[doc(hidden)]
+    fn lowering(&self) -> lower::Lowering {
+        lower::Lowering::Opaque
+    }
 }
 
-/// How a chain ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum End {
-    Draw,
-    Greedy,
+/// The engine's view of the built-in stages.
+pub(crate) mod lower {
+    use crate::params::SamplingParams;
+    use crate::TokenId;
+
+    /// What a stage is, for the planner; see [`Stage::lowering`](super::Stage::lowering).
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Lowering {
+        /// Run through `apply`.
+        Opaque,
+        /// `l += b` per listed token.
+        Bias(Vec<(TokenId, f32)>),
+        /// The penalties of these parameters (repetition, frequency, presence, window,
+        /// prompt).
+        Penalties(SamplingParams),
+        /// Multiplies the temperature.
+        Temperature(f32),
+        /// Top-k with its `min_keep`.
+        TopK { k: usize, keep: usize },
+        /// Top-p with its `min_keep`.
+        TopP { p: f32, keep: usize },
+        /// Min-p with its `min_keep`.
+        MinP { p: f32, keep: usize },
+    }
 }
 
 /// A sampling pipeline in an order the user chooses.
 ///
-/// The default [`Sampler`](crate::Sampler) applies the stages in the documented order
-/// and is the fast path. A `Chain` runs any sequence of [`Stage`]s, for example
-/// llama.cpp's default, where temperature comes after the cuts, and ends in exactly one
-/// draw (or greedy pick), which the builder checks. Every stage works on the same
-/// [`Candidates`] with the same arithmetic as the `Sampler`, so a chain built in the
-/// default order samples exactly the same tokens.
+/// A `Chain` runs any sequence of [`Stage`]s, for example llama.cpp's default, where
+/// temperature comes after the cuts, and ends in exactly one draw (or greedy pick), which
+/// the builder checks. It runs on the same engine as the [`Sampler`](crate::Sampler),
+/// which is the chain of the documented order. The chain is planned once, when it is
+/// built:
+///
+/// - a leading [`LogitBias`](crate::LogitBias), then [`Penalties`](crate::Penalties),
+///   become patches over the caller's row, which is never copied;
+/// - the first cut group, an optional [`Temperature`](crate::Temperature) followed by
+///   any of [`TopK`](crate::TopK), [`TopP`](crate::TopP) and [`MinP`](crate::MinP) in
+///   that order (one `min_keep` among them), runs on the shared kernels: the row is read
+///   in place, `f16`/`bf16` converted inside the passes, a grammar mask read as marks
+///   or as a compact row, exactly as in the `Sampler`;
+/// - every stage after the first cut works on the compact candidate set it leaves (tens
+///   to thousands of tokens), renormalised;
+/// - a stage the engine does not know (a user's, or one that needs the whole row, such
+///   as [`Dry`](crate::Dry)) ahead of the first cut gets the whole row as
+///   [`Candidates`], materialised once. If such stages leave every token in id order at
+///   temperature 1, the first cut group still runs on the kernels; otherwise every later
+///   stage runs on the set they leave.
+///
+/// The result is the same whichever way a stage runs: the same survivors and the same
+/// probabilities as applying each stage in turn (see [`reference`](crate::reference)),
+/// and a chain in the default order draws exactly the tokens of the `Sampler`.
 ///
 /// # Example
 /// ```
@@ -89,15 +134,7 @@ enum End {
 /// ```
 #[derive(Debug)]
 pub struct Chain {
-    stages: Vec<Box<dyn Stage>>,
-    end: End,
-    vocab_size: usize,
-    seed: u64,
-    logprobs: Option<usize>,
-    rng: DrawRng,
-    seq: Sequence,
-    cands: Candidates,
-    weights: Vec<f64>,
+    engine: Engine,
 }
 
 /// Builds a [`Chain`]; see [`Chain::builder`].
@@ -129,14 +166,20 @@ impl Chain {
 
     /// The stages' names, in order, followed by `"draw"` or `"greedy"`.
     pub fn stage_names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        let end = match self.end {
+        let end = match self.engine.end() {
             End::Draw => "draw",
             End::Greedy => "greedy",
         };
-        self.stages
+        self.engine
+            .stages()
             .iter()
             .map(|s| s.name())
             .chain(std::iter::once(end))
+    }
+
+    /// The vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.engine.vocab_size()
     }
 
     /// Appends prompt tokens (before any generated token).
@@ -144,7 +187,8 @@ impl Chain {
     /// # Errors
     /// As [`Sampler::push_prompt`](crate::Sampler::push_prompt).
     pub fn push_prompt(&mut self, tokens: &[TokenId]) -> Result<(), Error> {
-        self.seq.push_prompt(tokens, self.vocab_size)
+        let n = self.engine.vocab_size();
+        self.engine.seq.push_prompt(tokens, n)
     }
 
     /// Records a generated token that the chain did not draw.
@@ -152,24 +196,31 @@ impl Chain {
     /// # Errors
     /// [`Error::TokenOutOfRange`] for an id `>= vocab_size`.
     pub fn accept(&mut self, token: TokenId) -> Result<(), Error> {
-        self.seq.accept(token, self.vocab_size)
+        let n = self.engine.vocab_size();
+        self.engine.seq.accept(token, n)
+    }
+
+    /// Removes the last `n` generated tokens (at most all of them); the next draw uses the
+    /// same uniform as when those tokens were first drawn. Stateful stages (mirostat's
+    /// `mu`) keep their state.
+    pub fn rollback(&mut self, n: usize) {
+        self.engine.seq.rollback(n);
     }
 
     /// The sequence's tokens so far.
     pub fn history(&self) -> History<'_> {
-        self.seq.view()
+        self.engine.seq.view()
     }
 
     /// Reserves room for `additional` more history tokens, so that no later step
     /// allocates.
     pub fn reserve(&mut self, additional: usize) {
-        self.seq.reserve(additional);
+        self.engine.reserve(additional);
     }
 
     /// Forgets the history and resets every stateful stage.
     pub fn reset(&mut self) {
-        self.seq.reset();
-        self.stages.iter_mut().for_each(|s| s.reset());
+        self.engine.reset();
     }
 
     /// Samples the next token and appends it to the history.
@@ -177,10 +228,13 @@ impl Chain {
     /// # Errors
     /// As [`Sampler::sample`](crate::Sampler::sample), plus whatever a stage returns.
     pub fn sample<T: Logit>(&mut self, logits: &[T]) -> Result<Sample, Error> {
-        self.sample_impl(logits, None)
+        self.engine.sample(logits, None, None)
     }
 
-    /// Like [`sample`](Self::sample), with a grammar mask applied before the first stage.
+    /// Like [`sample`](Self::sample), with a grammar mask applied before the first stage,
+    /// read in place as [`Sampler::sample_masked`](crate::Sampler::sample_masked) reads
+    /// it (a compact row of the allowed tokens, or marks) unless a stage ahead of the
+    /// first cut needs the whole row.
     ///
     /// # Errors
     /// As [`sample`](Self::sample), and [`Error::LengthMismatch`] for a mask of another
@@ -190,59 +244,70 @@ impl Chain {
         logits: &[T],
         mask: &TokenMask,
     ) -> Result<Sample, Error> {
-        self.sample_impl(logits, Some(mask))
+        self.engine.sample(logits, Some(mask), None)
     }
 
-    fn sample_impl<T: Logit>(
+    /// Like [`sample_masked`](Self::sample_masked) (the mask is optional), but draws with
+    /// the given uniform `u` in `[0, 1)` instead of the sequence's own `(seed, step)`
+    /// uniform. The token is appended to the history.
+    ///
+    /// # Errors
+    /// As [`sample_masked`](Self::sample_masked), and [`Error::InvalidParameter`] when `u`
+    /// is not in `[0, 1)`.
+    pub fn sample_with_uniform<T: Logit>(
         &mut self,
-        row: &[T],
+        logits: &[T],
         mask: Option<&TokenMask>,
+        u: f64,
     ) -> Result<Sample, Error> {
-        let row = adjust::check_input(self.vocab_size, row, mask)?;
-        self.cands.reset_from(row.iter().map(|x| x.to_f32()));
-        let raw_max = adjust::recheck(self.cands.logits())?;
-        if let Some(mask) = mask {
-            mask.apply(self.cands.logits_mut())?;
-        }
-        let ctx = StageContext {
-            history: self.seq.view(),
-            seed: self.seed,
-            step: self.seq.step(),
-        };
-        for stage in &mut self.stages {
-            stage.apply(&mut self.cands, &ctx)?;
-        }
-        adjust::recheck(self.cands.logits())?;
-        self.cands.sort();
-        if self.cands.is_empty() {
-            return Err(Error::NoCandidates);
-        }
-        let mut out = match self.end {
-            End::Greedy => Sample::new(self.cands.ids()[0], 0.0),
-            End::Draw => {
-                let total = self.cands.weights(&mut self.weights);
-                let u = self.rng.uniform(ctx.step);
-                let i = crate::draw::inverse_cdf(&self.weights, total, u);
-                Sample::new(self.cands.ids()[i], (self.weights[i] / total).ln() as f32)
-            }
-        };
-        if let Some(n_alt) = self.logprobs {
-            let (cands, weights, end) = (&self.cands, &self.weights, self.end);
-            let total: f64 = weights.iter().sum();
-            logprobs::fill(row, raw_max, n_alt, &mut out, |id| {
-                match cands.ids().iter().position(|&c| c == id) {
-                    None => f32::NEG_INFINITY,
-                    Some(0) if end == End::Greedy => 0.0,
-                    Some(_) if end == End::Greedy => f32::NEG_INFINITY,
-                    Some(i) => (weights[i] / total).ln() as f32,
-                }
-            });
-        }
-        for stage in &mut self.stages {
-            stage.observe(out.token, out.logprob);
-        }
-        self.seq.push_drawn(out.token);
-        Ok(out)
+        self.engine.sample(logits, mask, Some(u))
+    }
+
+    /// The final distribution the next draw would use, without drawing: every surviving
+    /// token with its probability, in draw order (probability descending, ties to the
+    /// lower id). A greedy chain gives the argmax with probability 1. The history is
+    /// unchanged; stateful stages see the step as if it were sampled, but observe no
+    /// token.
+    ///
+    /// # Example
+    /// ```
+    /// use logits::{Chain, Temperature, TopP};
+    ///
+    /// let probs = [0.574f32, 0.128, 0.100, 0.047, 0.032, 0.029, 0.090];
+    /// let row: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+    /// let mut chain = Chain::builder(7)
+    ///     .stage(TopP::new(0.8)?)
+    ///     .stage(Temperature::new(0.5)?)
+    ///     .draw()
+    ///     .build()?;
+    /// let mut dist = Vec::new();
+    /// chain.distribution(&row, None, &mut dist)?;
+    /// let ids: Vec<u32> = dist.iter().map(|&(id, _)| id).collect();
+    /// assert_eq!(ids, [0, 1, 2]);
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`sample_masked`](Self::sample_masked).
+    pub fn distribution<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+        out: &mut Vec<(TokenId, f64)>,
+    ) -> Result<(), Error> {
+        self.engine.distribution(logits, mask, out)
+    }
+
+    /// The mask stage alone, for benchmarks; as
+    /// [`Sampler::mask_stage`](crate::Sampler::mask_stage).
+    ///
+    /// Not part of the stable API.
+    ///
+    /// # Errors
+    /// As [`sample_masked`](Self::sample_masked), for the input checks.
+    #[doc(hidden)]
+    pub fn mask_stage<T: Logit>(&mut self, logits: &[T], mask: &TokenMask) -> Result<usize, Error> {
+        self.engine.mask_stage(logits, mask)
     }
 }
 
@@ -256,6 +321,14 @@ impl ChainBuilder {
     /// Appends a boxed stage.
     pub fn boxed_stage(mut self, stage: Box<dyn Stage>) -> Self {
         self.push(stage);
+        self
+    }
+
+    /// Appends a [`LogitsProcessor`] as a stage (see [`LogitsProcessor`] for what it sees
+    /// after a cut).
+    pub fn processor(mut self, processor: impl LogitsProcessor + 'static) -> Self {
+        let stage = ProcessorStage::new(Box::new(processor), self.vocab_size);
+        self.push(Box::new(stage));
         self
     }
 
@@ -292,12 +365,14 @@ impl ChainBuilder {
         self
     }
 
-    /// Checks the chain: exactly one draw or greedy end, after every stage.
+    /// Checks the chain (exactly one draw or greedy end, after every stage) and plans it.
     ///
     /// # Errors
     /// [`Error::InvalidChain`] when the chain has no end, more than one, or a stage after
     /// it; [`Error::EmptyVocabulary`] for a zero vocabulary;
-    /// [`Error::InvalidParameter`] for more than 20 logprob alternatives.
+    /// [`Error::InvalidParameter`] for more than 20 logprob alternatives or a vocabulary
+    /// beyond the token ids' range; [`Error::TokenOutOfRange`] for a
+    /// [`LogitBias`](crate::LogitBias) stage on an id `>= vocab_size`.
     pub fn build(self) -> Result<Chain, Error> {
         if self.vocab_size == 0 {
             return Err(Error::EmptyVocabulary);
@@ -319,18 +394,129 @@ impl ChainBuilder {
                 });
             }
         }
-        let mut cands = Candidates::new();
-        cands.reset_from(std::iter::repeat_n(0.0, self.vocab_size));
+        for stage in &self.stages {
+            if let lower::Lowering::Bias(bias) = stage.lowering() {
+                if let Some(&(id, _)) = bias.iter().find(|(id, _)| *id as usize >= self.vocab_size)
+                {
+                    return Err(Error::TokenOutOfRange {
+                        id,
+                        vocab_size: self.vocab_size,
+                    });
+                }
+            }
+        }
+        let plan = plan(self.stages, end, self.seed, self.logprobs);
         Ok(Chain {
-            stages: self.stages,
-            end,
-            vocab_size: self.vocab_size,
-            seed: self.seed,
-            logprobs: self.logprobs,
-            rng: DrawRng::new(self.seed),
-            seq: Sequence::default(),
-            cands,
-            weights: Vec::with_capacity(self.vocab_size),
+            engine: Engine::new(plan, self.vocab_size)?,
         })
+    }
+}
+
+/// The first cut group found at some position: what it lowers to.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    /// One past its last stage.
+    end: usize,
+    temperature: f32,
+    top_k: Option<usize>,
+    top_p: f32,
+    min_p: f32,
+    keep: usize,
+}
+
+/// The first cut group starting at stage `g`: an optional temperature, then top-k, top-p
+/// and min-p in that order, each optional, with one `min_keep`. `None` when it holds no
+/// cut and does not reach the end of the chain (a temperature before a stage the engine
+/// does not know runs as that stage's input, not as a group).
+fn group_at(kinds: &[lower::Lowering], g: usize) -> Option<Group> {
+    use lower::Lowering;
+    let mut grp = Group {
+        end: g,
+        temperature: 1.0,
+        top_k: None,
+        top_p: 1.0,
+        min_p: 0.0,
+        keep: 1,
+    };
+    if let Some(&Lowering::Temperature(t)) = kinds.get(grp.end) {
+        grp.temperature = t;
+        grp.end += 1;
+    }
+    let cuts = grp.end;
+    let mut keep = None;
+    let mut same_keep = |k: usize| *keep.get_or_insert(k) == k;
+    if let Some(&Lowering::TopK { k, keep }) = kinds.get(grp.end) {
+        if same_keep(keep) {
+            grp.top_k = Some(k);
+            grp.end += 1;
+        }
+    }
+    if let Some(&Lowering::TopP { p, keep }) = kinds.get(grp.end) {
+        if same_keep(keep) {
+            grp.top_p = p;
+            grp.end += 1;
+        }
+    }
+    if let Some(&Lowering::MinP { p, keep }) = kinds.get(grp.end) {
+        if same_keep(keep) {
+            grp.min_p = p;
+            grp.end += 1;
+        }
+    }
+    grp.keep = keep.unwrap_or(1);
+    (grp.end > cuts || grp.end == kinds.len()).then_some(grp)
+}
+
+/// Plans a checked chain: which stages the engine lowers onto its kernels, and where the
+/// rest run (see [`Plan`]).
+fn plan(stages: Vec<Box<dyn Stage>>, end: End, seed: u64, logprobs: Option<usize>) -> Plan {
+    use lower::Lowering;
+    let kinds: Vec<Lowering> = stages.iter().map(|s| s.lowering()).collect();
+    let mut params = SamplingParams {
+        seed,
+        logprobs,
+        ..SamplingParams::default()
+    };
+    let mut lead = 0;
+    if let Some(Lowering::Bias(bias)) = kinds.first() {
+        params.logit_bias = bias.clone();
+        lead += 1;
+    }
+    if let Some(Lowering::Penalties(p)) = kinds.get(lead) {
+        params.repetition_penalty = p.repetition_penalty;
+        params.frequency_penalty = p.frequency_penalty;
+        params.presence_penalty = p.presence_penalty;
+        params.penalty_window = p.penalty_window;
+        params.penalize_prompt = p.penalize_prompt;
+        lead += 1;
+    }
+    // An empty group at the end always exists.
+    let (pre, grp) = (lead..=kinds.len())
+        .find_map(|g| group_at(&kinds, g).map(|grp| (g, grp)))
+        .unwrap_or((
+            kinds.len(),
+            Group {
+                end: kinds.len(),
+                temperature: 1.0,
+                top_k: None,
+                top_p: 1.0,
+                min_p: 0.0,
+                keep: 1,
+            },
+        ));
+    // Greedy with nothing after the group: the argmax, which every cut keeps.
+    let greedy = end == End::Greedy && grp.end == kinds.len();
+    params.temperature = if greedy { 0.0 } else { grp.temperature };
+    params.top_k = grp.top_k;
+    params.top_p = grp.top_p;
+    params.min_p = grp.min_p;
+    params.min_tokens_to_keep = grp.keep;
+    Plan {
+        params,
+        stages,
+        lead,
+        pre,
+        group: grp.end,
+        end,
     }
 }

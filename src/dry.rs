@@ -276,7 +276,7 @@ impl Stage for Dry {
 }
 
 impl LogitsProcessor for Dry {
-    fn process(&self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
+    fn process(&mut self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
         let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         self.find(history.tokens(), &mut scratch);
         for &(token, len) in &scratch.hits {

@@ -98,7 +98,7 @@ impl Stage for MinNewTokens {
 }
 
 impl LogitsProcessor for MinNewTokens {
-    fn process(&self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
+    fn process(&mut self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
         if !self.active(history) {
             return Ok(());
         }

@@ -63,6 +63,13 @@ impl crate::chain::Stage for MinP {
         "min_p"
     }
 
+    fn lowering(&self) -> crate::chain::lower::Lowering {
+        crate::chain::lower::Lowering::MinP {
+            p: self.p,
+            keep: self.min_keep,
+        }
+    }
+
     fn apply(
         &mut self,
         c: &mut crate::Candidates,

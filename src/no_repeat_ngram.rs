@@ -88,7 +88,7 @@ impl Stage for NoRepeatNGram {
 }
 
 impl LogitsProcessor for NoRepeatNGram {
-    fn process(&self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
+    fn process(&mut self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
         for_each_banned(history.tokens(), self.n, |id| {
             if let Some(l) = logits.get_mut(id as usize) {
                 *l = f32::NEG_INFINITY;

@@ -103,6 +103,10 @@ impl crate::chain::Stage for Penalties {
         "penalties"
     }
 
+    fn lowering(&self) -> crate::chain::lower::Lowering {
+        crate::chain::lower::Lowering::Penalties(self.params.clone())
+    }
+
     fn apply(
         &mut self,
         c: &mut crate::Candidates,

@@ -1,11 +1,20 @@
-//! [`LogitsProcessor`]: user-defined adjustments, run in the adjustment stage.
+//! [`LogitsProcessor`]: user-defined adjustments of the whole row, the full-row form of a
+//! [`Stage`].
 
+use crate::candidates::Candidates;
+use crate::chain::{Stage, StageContext};
 use crate::error::Error;
 use crate::history::History;
 
-/// A user-defined adjustment of the logits row.
+/// A user-defined adjustment of the logits row: the full-row form of a [`Stage`].
 ///
-/// Processors run in the adjustment stage, after the logit bias, the penalties and the
+/// A [`Stage`] works on the [`Candidates`], which may be a compact set after a cut; a
+/// `LogitsProcessor` always sees a row indexed by token id, which is the simpler thing to
+/// write for an adjustment. Every processor is a stage: a [`Chain`](crate::Chain) takes
+/// one at any position with [`ChainBuilder::processor`](crate::ChainBuilder::processor).
+/// Both traits take `&mut self`, so either may keep state and scratch.
+///
+/// In a [`Sampler`](crate::Sampler), processors run in the adjustment stage, after the logit bias, the penalties and the
 /// grammar mask and before temperature, in the order they were added to the
 /// [`Sampler`](crate::Sampler). They receive the row as `f32` (already converted from
 /// `f16`/`bf16`, already biased and penalised) and the sequence's [`History`].
@@ -23,7 +32,7 @@ use crate::history::History;
 /// struct EvenOnly;
 ///
 /// impl LogitsProcessor for EvenOnly {
-///     fn process(&self, logits: &mut [f32], _history: &History<'_>) -> Result<(), Error> {
+///     fn process(&mut self, logits: &mut [f32], _history: &History<'_>) -> Result<(), Error> {
 ///         logits.iter_mut().skip(1).step_by(2).for_each(|l| *l = f32::NEG_INFINITY);
 ///         Ok(())
 ///     }
@@ -35,10 +44,59 @@ use crate::history::History;
 /// assert_eq!(out.token, 2);
 /// # Ok::<(), Error>(())
 /// ```
-pub trait LogitsProcessor: Send + Sync + std::fmt::Debug {
+pub trait LogitsProcessor: Send + std::fmt::Debug {
     /// Adjusts `logits` (one entry per vocabulary token) in place.
     ///
     /// # Errors
     /// Any [`Error`]; it is returned from the sampling call unchanged.
-    fn process(&self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error>;
+    fn process(&mut self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error>;
+}
+
+/// A [`LogitsProcessor`] as a [`Stage`]: how a [`Sampler`](crate::Sampler) runs its
+/// processors, and how [`ChainBuilder::processor`](crate::ChainBuilder::processor) adds
+/// one to a chain.
+///
+/// On the whole row in id order (the stage runs before any cut) the processor adjusts
+/// the candidates' logits in place. After a cut it sees a row of the vocabulary's size
+/// with `-inf` at every token that is no longer a candidate, and the candidates take the
+/// values it leaves.
+#[derive(Debug)]
+pub(crate) struct ProcessorStage {
+    processor: Box<dyn LogitsProcessor>,
+    vocab_size: usize,
+    /// The row of a processor that runs after a cut (sized on first use).
+    row: Vec<f32>,
+}
+
+impl ProcessorStage {
+    pub(crate) fn new(processor: Box<dyn LogitsProcessor>, vocab_size: usize) -> Self {
+        ProcessorStage {
+            processor,
+            vocab_size,
+            row: Vec::new(),
+        }
+    }
+}
+
+impl Stage for ProcessorStage {
+    fn name(&self) -> &'static str {
+        "processor"
+    }
+
+    fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
+        if c.is_dense() {
+            return self.processor.process(c.logits_mut(), &ctx.history);
+        }
+        self.row.clear();
+        self.row.resize(self.vocab_size, f32::NEG_INFINITY);
+        for (&id, &l) in c.ids().iter().zip(c.logits()) {
+            self.row[id as usize] = l;
+        }
+        self.processor.process(&mut self.row, &ctx.history)?;
+        let (ids, logits) = c.ids_and_logits_mut();
+        for (&id, l) in ids.iter().zip(logits) {
+            *l = self.row[id as usize];
+        }
+        Ok(())
+    }
 }

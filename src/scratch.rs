@@ -6,8 +6,6 @@ use crate::TokenId;
 /// allocates nothing once warm. Owned by a [`Sampler`](crate::Sampler).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Scratch {
-    /// The adjusted `f32` row, when a dense adjustment (mask, processor) needs a copy.
-    pub(crate) logits: Vec<f32>,
     /// Per-token occurrence counts for the penalties; all zero between steps.
     pub(crate) counts: Vec<u32>,
     /// The sparse adjustments as patches over the caller's row.
@@ -16,7 +14,7 @@ pub(crate) struct Scratch {
     /// their ids: the compact row the sampler reads instead of a masked copy.
     pub(crate) compact: Vec<f32>,
     pub(crate) compact_ids: Vec<TokenId>,
-    /// An adjusted `f32` row for the rare paths that need one besides `logits`
+    /// An adjusted `f32` row for the rare paths that need one
     /// (grown on first use).
     pub(crate) spare: Vec<f32>,
     /// Candidates, sorted by logit descending then id ascending.
@@ -45,7 +43,6 @@ impl Scratch {
         Scratch {
             compact: Vec::with_capacity(compact),
             compact_ids: Vec::with_capacity(compact),
-            logits: vec![0.0; vocab_size],
             counts: vec![0; vocab_size],
             overlay: crate::adjust::Overlay::new(vocab_size),
             spare: Vec::new(),

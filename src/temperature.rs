@@ -49,6 +49,10 @@ impl Stage for Temperature {
         "temperature"
     }
 
+    fn lowering(&self) -> crate::chain::lower::Lowering {
+        crate::chain::lower::Lowering::Temperature(self.t)
+    }
+
     fn apply(&mut self, c: &mut Candidates, _: &StageContext<'_>) -> Result<(), Error> {
         c.scale_temperature(f64::from(self.t));
         Ok(())

@@ -632,6 +632,13 @@ impl crate::chain::Stage for TopK {
         "top_k"
     }
 
+    fn lowering(&self) -> crate::chain::lower::Lowering {
+        crate::chain::lower::Lowering::TopK {
+            k: self.k,
+            keep: self.min_keep,
+        }
+    }
+
     fn apply(
         &mut self,
         c: &mut crate::Candidates,

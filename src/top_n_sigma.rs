@@ -104,7 +104,7 @@ impl Stage for TopNSigma {
 }
 
 impl LogitsProcessor for TopNSigma {
-    fn process(&self, logits: &mut [f32], _: &History<'_>) -> Result<(), Error> {
+    fn process(&mut self, logits: &mut [f32], _: &History<'_>) -> Result<(), Error> {
         if let Some(floor) = threshold(logits, self.n) {
             for l in logits.iter_mut() {
                 if f64::from(*l) < floor {

@@ -105,6 +105,13 @@ impl crate::chain::Stage for TopP {
         "top_p"
     }
 
+    fn lowering(&self) -> crate::chain::lower::Lowering {
+        crate::chain::lower::Lowering::TopP {
+            p: self.p,
+            keep: self.min_keep,
+        }
+    }
+
     fn apply(
         &mut self,
         c: &mut crate::Candidates,

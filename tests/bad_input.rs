@@ -505,19 +505,22 @@ fn token_ids_past_the_vocabulary_are_out_of_range() {
             vocab_size: 10
         })
     );
-    // A bias stage over a token the vocabulary does not have.
-    let mut biased = Chain::builder(10)
-        .stage(LogitBias::new([(12, 1.0)]).unwrap())
-        .draw()
-        .build()
-        .unwrap();
-    assert_eq!(
-        biased.sample(&[0.0f32; 10]),
-        Err(Error::TokenOutOfRange {
-            id: 12,
-            vocab_size: 10
-        })
-    );
+    // A bias stage over a token the vocabulary does not have, at any position: refused
+    // when the chain is built.
+    for leading in [true, false] {
+        let mut b = Chain::builder(10);
+        if !leading {
+            b = b.stage(TopK::new(3).unwrap());
+        }
+        let biased = b.stage(LogitBias::new([(12, 1.0)]).unwrap()).draw().build();
+        assert_eq!(
+            biased.unwrap_err(),
+            Error::TokenOutOfRange {
+                id: 12,
+                vocab_size: 10
+            }
+        );
+    }
     let mut mask = TokenMask::new_empty(10);
     assert_eq!(
         mask.allow(10),

@@ -46,7 +46,7 @@ fn sparse_max(p: &SamplingParams) -> usize {
 struct Dense;
 
 impl LogitsProcessor for Dense {
-    fn process(&self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {
+    fn process(&mut self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {
         Ok(())
     }
 }

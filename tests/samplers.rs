@@ -891,7 +891,7 @@ impl Dampen {
 
 /// As a `LogitsProcessor`, it runs in the `Sampler`'s adjustment stage.
 impl LogitsProcessor for Dampen {
-    fn process(&self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
+    fn process(&mut self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
         Dampen::run(logits, history);
         Ok(())
     }

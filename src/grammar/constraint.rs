@@ -9,7 +9,9 @@ use crate::grammar::error::GrammarError;
 use crate::grammar::vocab::{TokenKind, Vocab};
 use crate::mask::TokenMask;
 use crate::sample::Sample;
+#[cfg(doc)]
 use crate::sampler::Sampler;
+use crate::sequence_sampler::SequenceSampler;
 use crate::TokenId;
 
 /// Where a constrained sequence stands.
@@ -314,7 +316,8 @@ impl GrammarMask {
     }
 
     /// One constrained step: computes the mask, samples from `logits` under it with
-    /// [`Sampler::sample_masked`] and commits the token. Returns the sample and the status
+    /// [`Sampler::sample_masked`] (or a [`Chain`](crate::Chain)'s, through
+    /// [`SequenceSampler`]) and commits the token. Returns the sample and the status
     /// after the token ([`Status::Finished`] when it is end-of-sequence).
     ///
     /// This is a method of the grammar stage rather than of the [`Sampler`]: the stage
@@ -367,13 +370,13 @@ impl GrammarMask {
     /// [`Error::Grammar`] for the errors of [`compute`](Self::compute) and
     /// [`commit`](Self::commit); the errors of [`Sampler::sample_masked`], including
     /// [`Error::LengthMismatch`] when the sampler's vocabulary is not this stage's.
-    pub fn sample<T: Logit>(
+    pub fn sample<S: SequenceSampler, T: Logit>(
         &mut self,
-        sampler: &mut Sampler,
+        sampler: &mut S,
         logits: &[T],
     ) -> Result<(Sample, Status), Error> {
         let (mask, _) = self.compute()?;
-        let out = sampler.sample_masked(logits, mask)?;
+        let out = sampler.sample_next(logits, Some(mask))?;
         let before = self.committed;
         match self.commit(out.token) {
             Ok(status) => Ok((out, status)),

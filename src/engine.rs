@@ -1,0 +1,1486 @@
+//! [`Engine`]: the one engine behind [`Sampler`](crate::Sampler) and
+//! [`Chain`](crate::Chain).
+//!
+//! A plan (see [`Plan`]) splits a chain of stages in four: the leading adjustments the
+//! engine knows (logit bias, penalties), which become patches over the caller's row; the
+//! stages that need the whole row (a user's processor or stage, DRY, ...), run on a dense
+//! `f32` copy only when there are any; the first cut group (temperature, top-k, top-p,
+//! min-p in that order), which runs on the shared kernels (selection, histogram,
+//! vectorised mass, masks read as marks, `f16`/`bf16` converted inside the passes); and
+//! the rest, which runs on the compact candidate set the first cut leaves. A `Sampler` is
+//! the plan its [`SamplingParams`] describe.
+
+use crate::candidates::Candidates;
+use crate::chain::{Stage, StageContext};
+use crate::element::Logit;
+use crate::error::Error;
+use crate::histogram::{Frame, BUCKETS, LAST};
+use crate::history::Sequence;
+use crate::mask::TokenMask;
+use crate::params::SamplingParams;
+use crate::rng::DrawRng;
+use crate::sample::Sample;
+use crate::scratch::Scratch;
+use crate::TokenId;
+use crate::{adjust, bias, draw, greedy, histogram, logprobs, penalty, top_k, top_p};
+
+/// Min-p alone sorts the tokens near its threshold directly when there are at most this
+/// many; beyond, it goes through the histogram.
+const MIN_P_DIRECT: usize = 4096;
+/// Candidates the top-p path without top-k selects first: enough for the nucleus of a
+/// peaked row (hundreds of tokens).
+const NUCLEUS: usize = 1024;
+/// The most candidates that path selects before it leaves a large nucleus to the
+/// histogram.
+const NUCLEUS_MAX: usize = 4096;
+
+/// The one-pass min-p path gives up (for the histogram) after collecting more than this
+/// many tokens near the running maximum: on a crowded row it would read the rest entry
+/// by entry.
+const MIN_P_NEAR: usize = 4096;
+
+/// A mask that allows at most this many tokens is read as a compact row: the allowed
+/// tokens' adjusted logits, gathered in id order, instead of a masked copy of the whole
+/// row.
+///
+/// At most [`MIN_P_NEAR`], so that the one-pass min-p selection never gives up on either
+/// form of the row (it can only collect finite entries): every decision of the tail cuts
+/// is then made the same way on the compact row as on the masked copy, and the result is
+/// the same bit for bit. Gathering 4,096 tokens spread at random takes about 20 us at
+/// 151,936 logits (10 neighbouring ones about 2 us); marking the others takes 2.5 us,
+/// but then a cut without top-k reads the whole row: top-p 0.95 alone took 128 us on
+/// 4,096 gathered tokens against 331 us under marks for 4,097 (see `BENCHMARKS.md`).
+const SPARSE_MAX: usize = MIN_P_NEAR;
+
+/// [`SPARSE_MAX`] for greedy and a top-k of the one-pass selection, which read marks at
+/// almost no cost (the mask stage is about 2.5 us at 151,936 logits, whatever the mask):
+/// gathering costs about 3.5 ns per allowed token spread over the row, and Qwen3's chain
+/// took 12.9 us on 10 gathered tokens, 21.4 us on 1,024 and 23.8 us under marks with
+/// 1,025 allowed, so the compact row is kept for the masks that allow the fewest.
+const SPARSE_MAX_SELECT: usize = 1024;
+
+/// What to do with the adjusted row.
+#[derive(Debug)]
+enum Goal<'a> {
+    /// Draw, with this uniform or the sequence's own.
+    Draw(Option<f64>),
+    /// Write the final distribution.
+    Distribution(&'a mut Vec<(TokenId, f64)>),
+}
+
+/// Where the survivors of the tail cuts are, once they are known.
+#[derive(Clone, Copy, Debug)]
+enum Survivors {
+    /// `scratch.cand[..n]` with weights `scratch.weight[..n]` summing to `total`.
+    Prefix { n: usize, total: f64 },
+    /// Every finite token of the histogram buckets before `lo` (unsorted, never
+    /// materialised), then `scratch.cand[..n]` (the sorted tokens from bucket `lo` on,
+    /// weights `scratch.weight[..n]`); `total` is their weight.
+    Hist {
+        lo: usize,
+        n: usize,
+        total: f64,
+        frame: Frame,
+        /// Bound on the error of the buckets' cumulative masses (0 when precise).
+        err: f64,
+    },
+    /// Greedy: the argmax alone.
+    Greedy(TokenId),
+}
+
+/// How a chain ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    /// A seeded draw (inverse CDF).
+    Draw,
+    /// The largest logit, ties to the lower id.
+    Greedy,
+}
+
+/// A chain as the engine runs it: `stages` with the positions that split them.
+///
+/// - `stages[..lead]`: the leading logit bias and penalties, lowered into `params` and
+///   applied as patches (or, when stages follow that need the whole row, to its copy);
+/// - `stages[lead..pre]`: stages that need the whole row, run on a dense `f32` copy;
+/// - `stages[pre..group]`: the first cut group, lowered into `params` (temperature, then
+///   top-k, top-p and min-p in that order, one `min_keep`) and run on the shared kernels
+///   over the row in place;
+/// - `stages[group..]`: run on the compact candidate set the first cut leaves.
+///
+/// A [`Sampler`](crate::Sampler) has no stage objects for its lowered parts: its
+/// `params` are the plan, and its processors are the `stages[lead..pre]`.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// The lowered stages, and the seed and logprobs of the draw.
+    pub(crate) params: SamplingParams,
+    pub(crate) stages: Vec<Box<dyn Stage>>,
+    pub(crate) lead: usize,
+    pub(crate) pre: usize,
+    pub(crate) group: usize,
+    pub(crate) end: End,
+}
+
+/// One sequence's engine: the plan, the sequence state and every buffer a step reuses.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    params: SamplingParams,
+    vocab_size: usize,
+    stages: Vec<Box<dyn Stage>>,
+    lead: usize,
+    pre: usize,
+    group: usize,
+    end: End,
+    pub(crate) seq: Sequence,
+    rng: DrawRng,
+    scratch: Scratch,
+    /// The dense copy of the row, for the stages that need the whole row.
+    dense: Candidates,
+    /// The compact candidate set, for the stages after the first cut.
+    cands: Candidates,
+    /// The candidates' weights, for the end of a chain on the compact set.
+    weights: Vec<f64>,
+}
+
+impl Engine {
+    /// An engine for `plan` over a vocabulary of `vocab_size` tokens.
+    ///
+    /// # Errors
+    /// [`Error::EmptyVocabulary`] when `vocab_size == 0`; [`Error::InvalidParameter`] for a
+    /// vocabulary beyond the token ids' range; [`Error::TokenOutOfRange`] for a logit-bias
+    /// id `>= vocab_size`.
+    pub(crate) fn new(plan: Plan, vocab_size: usize) -> Result<Self, Error> {
+        if vocab_size == 0 {
+            return Err(Error::EmptyVocabulary);
+        }
+        if vocab_size > TokenId::MAX as usize {
+            return Err(Error::InvalidParameter {
+                name: "vocab_size",
+                value: vocab_size as f64,
+                expected: "at most u32::MAX tokens",
+            });
+        }
+        let Plan {
+            params,
+            stages,
+            lead,
+            pre,
+            group,
+            end,
+        } = plan;
+        debug_assert!(lead <= pre && pre <= group && group <= stages.len());
+        if let Some(&(id, _)) = params
+            .logit_bias()
+            .iter()
+            .find(|(id, _)| *id as usize >= vocab_size)
+        {
+            return Err(Error::TokenOutOfRange { id, vocab_size });
+        }
+        let mut scratch = Scratch::new(vocab_size, SPARSE_MAX.min(vocab_size));
+        // Room for every patch a step can make: the biased tokens and the penalised ones
+        // (at most the window; with no window, `reserve` adds room with the history).
+        let window = if params.has_penalties() {
+            params.penalty_window().unwrap_or(0)
+        } else {
+            0
+        };
+        scratch
+            .overlay
+            .patch
+            .reserve((params.logit_bias().len() + window).min(vocab_size));
+        let mut engine = Engine {
+            rng: DrawRng::new(params.seed()),
+            params,
+            vocab_size,
+            stages,
+            lead,
+            pre,
+            group,
+            end,
+            seq: Sequence::default(),
+            scratch,
+            dense: Candidates::new(),
+            cands: Candidates::new(),
+            weights: Vec::new(),
+        };
+        engine.size_buffers();
+        Ok(engine)
+    }
+
+    /// Sizes the candidate buffers for every token, where the plan uses them, so that no
+    /// step allocates whatever the row.
+    fn size_buffers(&mut self) {
+        let n = self.vocab_size;
+        if self.pre > self.lead {
+            self.dense.reserve(n);
+        }
+        if self.group < self.stages.len() || self.pre > self.lead {
+            self.cands.reserve(n);
+            self.weights.reserve(n.saturating_sub(self.weights.len()));
+        }
+    }
+
+    /// The lowered parameters.
+    pub(crate) fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// The vocabulary size.
+    pub(crate) fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// The stages, in order.
+    pub(crate) fn stages(&self) -> &[Box<dyn Stage>] {
+        &self.stages
+    }
+
+    /// How the chain ends.
+    pub(crate) fn end(&self) -> End {
+        self.end
+    }
+
+    /// Adds a stage that needs the whole row after the others of that kind (a
+    /// [`Sampler`](crate::Sampler)'s processor): before the first cut group.
+    pub(crate) fn push_whole_row_stage(&mut self, stage: Box<dyn Stage>) {
+        self.stages.insert(self.pre, stage);
+        self.pre += 1;
+        self.group += 1;
+        self.size_buffers();
+    }
+
+    /// Forgets the history and resets every stateful stage.
+    pub(crate) fn reset(&mut self) {
+        self.seq.reset();
+        self.stages.iter_mut().for_each(|s| s.reset());
+    }
+
+    /// Reserves room for `additional` more history tokens, so that no later step
+    /// allocates.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.seq.reserve(additional);
+        if self.params.has_penalties() && self.params.penalty_window().is_none() {
+            let most = self.params.logit_bias().len() + self.seq.view().tokens().len() + additional;
+            let patch = &mut self.scratch.overlay.patch;
+            patch.reserve(most.min(self.vocab_size).saturating_sub(patch.len()));
+        }
+    }
+
+    /// Samples the next token, with the uniform `u` or the sequence's own, and appends it
+    /// to the history.
+    pub(crate) fn sample<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        u: Option<f64>,
+    ) -> Result<Sample, Error> {
+        if let Some(u) = u.filter(|u| !(0.0..1.0).contains(u)) {
+            return Err(Error::InvalidParameter {
+                name: "u",
+                value: u,
+                expected: "a value in [0, 1)",
+            });
+        }
+        self.sample_impl(row, mask, u)
+    }
+
+    /// Writes the final distribution the next draw would use.
+    pub(crate) fn distribution<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        out: &mut Vec<(TokenId, f64)>,
+    ) -> Result<(), Error> {
+        self.run(row, mask, Goal::Distribution(out)).map(|_| ())
+    }
+
+    fn sample_impl<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        u: Option<f64>,
+    ) -> Result<Sample, Error> {
+        let out = self
+            .run(row, mask, Goal::Draw(u))?
+            .ok_or(Error::NoCandidates)?;
+        for stage in &mut self.stages {
+            stage.observe(out.token, out.logprob);
+        }
+        self.seq.push_drawn(out.token);
+        Ok(out)
+    }
+
+    /// `goal` on the adjusted row. Without stages that need the whole row, the sparse
+    /// adjustments (bias, penalties) become an overlay of patches over the caller's row,
+    /// which is never copied, and a mask becomes marks on that overlay, or a compact row
+    /// when it allows few tokens. A stage that needs the whole row gets an `f32` copy.
+    fn run<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        let row = adjust::check_input(self.vocab_size, row, mask)?;
+        if self.pre > self.lead {
+            return self.run_dense(row, mask, goal);
+        }
+        match mask {
+            Some(mask) if count_allowed(mask) <= self.sparse_max() => {
+                self.run_sparse(row, mask, goal)
+            }
+            _ => self.run_overlay(row, mask, goal),
+        }
+    }
+
+    /// `goal` through the stages that need the whole row: on an `f32` copy of the row
+    /// with the lowered adjustments and the mask applied. While those stages leave every
+    /// token in id order at temperature 1, the first cut group still runs on the shared
+    /// kernels, over the copy; otherwise every later stage runs on the set they leave.
+    fn run_dense<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        let mut dense = std::mem::take(&mut self.dense);
+        self.scratch.overlay.clear();
+        let r = self.adjust_dense(row, mask, &mut dense).and_then(|()| {
+            if dense.is_dense() && dense.temperature() == 1.0 {
+                self.finish(row, dense.logits(), None, goal)
+            } else {
+                self.finish_set(row, &mut dense, self.pre, goal)
+            }
+        });
+        self.dense = dense;
+        r
+    }
+
+    /// The most allowed tokens a mask may have to be read as a compact row: [`SPARSE_MAX`],
+    /// or [`SPARSE_MAX_SELECT`] when the marks are the alternative.
+    fn sparse_max(&self) -> usize {
+        if self.selects_only() {
+            SPARSE_MAX_SELECT
+        } else {
+            SPARSE_MAX
+        }
+    }
+
+    /// True when the cut only selects the best tokens: greedy, or a top-k the one-pass
+    /// selection takes. It tests a token's mark only when the token beats its running
+    /// threshold, so marks cost it nearly nothing, and a compact row pays off only for
+    /// the sparsest masks.
+    fn selects_only(&self) -> bool {
+        let p = &self.params;
+        p.is_greedy()
+            || p.top_k()
+                .is_some_and(|k| k.max(p.min_tokens_to_keep()) <= top_k::SMALL_K)
+    }
+
+    /// `goal` on the caller's row under the overlay: the patches of the bias and the
+    /// penalties, and a mark for every token `ban` disallows.
+    fn run_overlay<T: Logit>(
+        &mut self,
+        row: &[T],
+        ban: Option<&TokenMask>,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        self.build_patches(row, ban);
+        let r = self.finish(row, row, None, goal);
+        self.scratch.overlay.clear();
+        r
+    }
+
+    /// Fills `scratch.overlay` with the bias and penalty patches, then marks every token
+    /// `ban` disallows.
+    fn build_patches<T: Logit>(&mut self, row: &[T], ban: Option<&TokenMask>) {
+        let window = penalty_window(&self.params, &self.seq);
+        let s = &mut self.scratch;
+        s.overlay.build(row, &self.params, window, &mut s.counts);
+        if let Some(mask) = ban {
+            s.overlay.ban_marks(mask.words());
+        }
+    }
+
+    /// `goal` under a sparse mask, on the compact row of the allowed tokens' adjusted
+    /// logits; the token and the distribution's ids are mapped back to vocabulary ids.
+    ///
+    /// The compact row keeps the tokens in id order and leaves out only `-inf` entries,
+    /// which no stage counts (not even to keep `min_tokens_to_keep`), so every cut and
+    /// every draw comes out as on the masked copy of the row.
+    fn run_sparse<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: &TokenMask,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        // The whole row is checked, disallowed tokens included, as on the dense path.
+        adjust::max_checked(row)?;
+        self.gather(row, mask);
+        let vals = std::mem::take(&mut self.scratch.compact);
+        let ids = std::mem::take(&mut self.scratch.compact_ids);
+        let r = check_compact(&vals, &ids).and_then(|()| self.finish(row, &vals, Some(&ids), goal));
+        self.scratch.compact = vals;
+        self.scratch.compact_ids = ids;
+        r
+    }
+
+    /// Fills `scratch.compact` with the adjusted logits (bias and penalties, with the
+    /// dense stages' arithmetic) of the tokens `mask` allows, and `scratch.compact_ids`
+    /// with their ids, in id order.
+    fn gather<T: Logit>(&mut self, row: &[T], mask: &TokenMask) {
+        let window = penalty_window(&self.params, &self.seq);
+        let s = &mut self.scratch;
+        let patched = !self.params.logit_bias().is_empty() || !window.is_empty();
+        if patched {
+            s.overlay.build(row, &self.params, window, &mut s.counts);
+        }
+        let (vals, ids, ov) = (&mut s.compact, &mut s.compact_ids, &s.overlay);
+        vals.clear();
+        ids.clear();
+        for_each_bit(mask, false, |id| {
+            ids.push(id);
+            vals.push(if patched {
+                ov.value(row, id)
+            } else {
+                row[id as usize].to_f32()
+            });
+        });
+        s.overlay.clear();
+    }
+
+    /// The mask stage alone, for benchmarks: builds the engine's view of `logits` under
+    /// `mask` as a masked sample would (the compact row, the marks or, with a stage that
+    /// needs the whole row, the masked copy), then discards it. Returns how many entries
+    /// that view holds: the allowed tokens, the marked ones, or the row's length. The
+    /// row's NaN/`+inf` check is not part of it, except on the dense path, where the copy
+    /// makes it.
+    pub(crate) fn mask_stage<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: &TokenMask,
+    ) -> Result<usize, Error> {
+        let row = adjust::check_input(self.vocab_size, logits, Some(mask))?;
+        let allowed = count_allowed(mask);
+        let whole_row = self.pre > self.lead;
+        if !whole_row && allowed <= self.sparse_max() {
+            self.gather(row, mask);
+            return Ok(self.scratch.compact.len());
+        }
+        if !whole_row {
+            self.build_patches(row, Some(mask));
+            self.scratch.overlay.clear();
+            // Marks: one per disallowed token.
+            return Ok(self.vocab_size - allowed);
+        }
+        let mut dense = std::mem::take(&mut self.dense);
+        dense.reset_dense(row.len());
+        let r = adjust::convert_checked(row, dense.logits_mut())
+            .and_then(|_| mask.apply(dense.logits_mut()))
+            .map(|()| row.len());
+        self.dense = dense;
+        r
+    }
+
+    /// The lowered adjustments, the mask and the stages that need the whole row, on the
+    /// `f32` copy `c` of `row`.
+    fn adjust_dense<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        c: &mut Candidates,
+    ) -> Result<(), Error> {
+        c.reset_dense(row.len());
+        adjust::convert_checked(row, c.logits_mut())?;
+        let logits = c.logits_mut();
+        bias::apply(logits, self.params.logit_bias());
+        let window = penalty_window(&self.params, &self.seq);
+        if !window.is_empty() {
+            penalty::apply(logits, window, &self.params, &mut self.scratch.counts);
+        }
+        if let Some(mask) = mask {
+            mask.apply(logits)?;
+        }
+        let ctx = StageContext {
+            history: self.seq.view(),
+            seed: self.params.seed(),
+            step: self.seq.step(),
+        };
+        for stage in &mut self.stages[self.lead..self.pre] {
+            stage.apply(c, &ctx)?;
+        }
+        adjust::recheck(c.logits()).map(|_| ())
+    }
+
+    /// The stages from `from` on, over the candidate set `c`, then the end of the chain
+    /// (or the final distribution) over what they leave.
+    fn finish_set<T: Logit>(
+        &mut self,
+        raw: &[T],
+        c: &mut Candidates,
+        from: usize,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        let ctx = StageContext {
+            history: self.seq.view(),
+            seed: self.params.seed(),
+            step: self.seq.step(),
+        };
+        for stage in &mut self.stages[from..] {
+            stage.apply(c, &ctx)?;
+        }
+        check_set(c)?;
+        c.sort();
+        if c.is_empty() {
+            return Err(Error::NoCandidates);
+        }
+        let greedy = self.end == End::Greedy;
+        let total = if greedy {
+            self.weights.clear();
+            1.0
+        } else {
+            c.weights(&mut self.weights)
+        };
+        let u = match goal {
+            Goal::Distribution(out) => {
+                out.clear();
+                if greedy {
+                    out.push((c.ids()[0], 1.0));
+                } else {
+                    out.extend(
+                        (c.ids().iter().zip(&self.weights)).map(|(&id, &w)| (id, w / total)),
+                    );
+                }
+                return Ok(None);
+            }
+            Goal::Draw(u) => u.unwrap_or_else(|| self.rng.uniform(ctx.step)),
+        };
+        let mut out = if greedy {
+            Sample::new(c.ids()[0], 0.0)
+        } else {
+            let i = draw::inverse_cdf(&self.weights, total, u);
+            Sample::new(c.ids()[i], (self.weights[i] / total).ln() as f32)
+        };
+        if let Some(n_alt) = self.params.logprobs() {
+            let raw_max = adjust::max_checked(raw)?;
+            let weights = &self.weights;
+            logprobs::fill(raw, raw_max, n_alt, &mut out, |id| {
+                match c.ids().iter().position(|&x| x == id) {
+                    None => f32::NEG_INFINITY,
+                    Some(0) if greedy => 0.0,
+                    Some(_) if greedy => f32::NEG_INFINITY,
+                    Some(i) => (weights[i] / total).ln() as f32,
+                }
+            });
+        }
+        Ok(Some(out))
+    }
+
+    /// Writes the survivors of the first cut group into `c`, in draw order, with their
+    /// adjusted logits and vocabulary ids, at the group's temperature.
+    fn survivors_into<U: Logit>(
+        &mut self,
+        adj: &[U],
+        ids: Option<&[TokenId]>,
+        survivors: Survivors,
+        c: &mut Candidates,
+    ) {
+        let s = &mut self.scratch;
+        let id_of = |id: TokenId| ids.map_or(id, |ids| ids[id as usize]);
+        let t = f64::from(self.params.temperature());
+        match survivors {
+            Survivors::Greedy(id) => {
+                c.reset_sorted(std::iter::once((id_of(id), s.overlay.value(adj, id))), 1.0);
+            }
+            Survivors::Prefix { n, .. } => {
+                c.reset_sorted(s.cand[..n].iter().map(|&(l, id)| (id_of(id), l)), t);
+            }
+            Survivors::Hist { lo, n, frame, .. } => {
+                s.cand2.clear();
+                if lo > 0 {
+                    let ov = &s.overlay;
+                    crate::simd::collect(adj, ov, frame, 0, lo - 1, usize::MAX, &mut s.cand2);
+                }
+                let all = s.cand2.iter().chain(&s.cand[..n]);
+                c.reset_sorted(all.map(|&(l, id)| (id_of(id), l)), t);
+            }
+        }
+    }
+
+    /// Stages 2 to 5 on the adjusted row `adj` (under `scratch.overlay`), and the
+    /// logprobs of the raw row `raw`; or the final distribution.
+    ///
+    /// With `ids`, `adj` is a compact row: entry `i` is token `ids[i]` (ids ascending),
+    /// and the token, the distribution and the logprobs are given in vocabulary ids.
+    fn finish<T: Logit, U: Logit>(
+        &mut self,
+        raw: &[T],
+        adj: &[U],
+        ids: Option<&[TokenId]>,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        if self.group < self.stages.len() {
+            // Stages follow the first cut: they work on the set it leaves. (A precise cut
+            // decides wherever the fast weights cannot.)
+            let survivors = match self.cut(adj, false)? {
+                Some(survivors) => survivors,
+                None => self.cut(adj, true)?.ok_or(Error::NoCandidates)?,
+            };
+            let mut c = std::mem::take(&mut self.cands);
+            self.survivors_into(adj, ids, survivors, &mut c);
+            let r = self.finish_set(raw, &mut c, self.group, goal);
+            self.cands = c;
+            return r;
+        }
+        // First with the fast weights; again with the precise ones only if a decision
+        // fell within the fast weights' error bound.
+        let u = match goal {
+            Goal::Distribution(_) => 0.0,
+            Goal::Draw(u) => u.unwrap_or_else(|| self.rng.uniform(self.seq.step())),
+        };
+        // (The distribution is reported with the precise weights, so that it sums to 1.)
+        let mut fast = matches!(goal, Goal::Draw(_));
+        let (survivors, mut out) = loop {
+            let Some(survivors) = self.cut(adj, !fast)? else {
+                fast = false;
+                continue;
+            };
+            if let Goal::Distribution(_) = goal {
+                break (survivors, Sample::new(0, 0.0));
+            }
+            match self.draw(adj, survivors, u, !fast) {
+                Some(out) => break (survivors, out),
+                None => fast = false,
+            }
+        };
+        if let Goal::Distribution(out) = goal {
+            self.distribution_of(adj, survivors, out);
+            if let Some(ids) = ids {
+                out.iter_mut().for_each(|e| e.0 = ids[e.0 as usize]);
+            }
+            return Ok(None);
+        }
+        if let Some(ids) = ids {
+            out.token = ids[out.token as usize];
+        }
+        if let Some(n_alt) = self.params.logprobs() {
+            let raw_max = adjust::max_checked(raw)?;
+            logprobs::fill(raw, raw_max, n_alt, &mut out, |id| match ids {
+                None => self.final_logprob(adj, &survivors, id),
+                // A token the compact row leaves out was masked: `-inf`.
+                Some(ids) => ids.binary_search(&id).map_or(f32::NEG_INFINITY, |i| {
+                    self.final_logprob(adj, &survivors, i as TokenId)
+                }),
+            });
+        }
+        Ok(Some(out))
+    }
+
+    /// Writes the survivors with their probabilities, in draw order.
+    fn distribution_of<U: Logit>(
+        &mut self,
+        adj: &[U],
+        survivors: Survivors,
+        out: &mut Vec<(TokenId, f64)>,
+    ) {
+        out.clear();
+        let s = &mut self.scratch;
+        match survivors {
+            Survivors::Greedy(id) => out.push((id, 1.0)),
+            Survivors::Prefix { n, total } => out.extend(
+                s.cand[..n]
+                    .iter()
+                    .zip(&s.weight)
+                    .map(|(&(_, id), &w)| (id, w / total)),
+            ),
+            Survivors::Hist {
+                lo,
+                n,
+                total,
+                frame,
+                ..
+            } => {
+                if lo > 0 {
+                    let t = self.params.temperature();
+                    crate::simd::collect(
+                        adj,
+                        &s.overlay,
+                        frame,
+                        0,
+                        lo - 1,
+                        usize::MAX,
+                        &mut s.cand2,
+                    );
+                    fill_weights(&s.cand2, frame.max, t, &mut s.weight2);
+                    out.extend(
+                        s.cand2
+                            .iter()
+                            .zip(&s.weight2)
+                            .map(|(&(_, id), &w)| (id, w / total)),
+                    );
+                }
+                out.extend(
+                    s.cand[..n]
+                        .iter()
+                        .zip(&s.weight)
+                        .map(|(&(_, id), &w)| (id, w / total)),
+                );
+            }
+        }
+    }
+
+    /// Stages 2 to 4: temperature, softmax and the tail cuts.
+    ///
+    /// `None` when `precise` is false and a top-p decision fell within the error bound of
+    /// the fast weights.
+    fn cut<U: Logit>(&mut self, adj: &[U], precise: bool) -> Result<Option<Survivors>, Error> {
+        let p = &self.params;
+        let keep = p.min_tokens_to_keep();
+        let s = &mut self.scratch;
+        if p.is_greedy() {
+            let id = if s.overlay.patch.is_empty() {
+                greedy::argmax_row(adj, &s.overlay, &mut s.cand)?
+            } else {
+                top_k::select_patched(adj, 1, &s.overlay, &mut s.cand)?;
+                s.cand.first().ok_or(Error::NoCandidates)?.1
+            };
+            return Ok(Some(Survivors::Greedy(id)));
+        }
+        let (t, top_p, min_p) = (p.temperature(), p.top_p(), p.min_p());
+        // At an extreme temperature (subnormal, or above 1e30) the histogram's `f32` keys
+        // and weights lose their meaning: every finite token is sorted instead.
+        let sort_all = !histogram::f32_weights_hold(t);
+        if let Some(k) = p.top_k().or(sort_all.then_some(adj.len())) {
+            let k = k.max(keep);
+            if k <= top_k::SMALL_K {
+                top_k::select_patched(adj, k, &s.overlay, &mut s.cand)?;
+            } else {
+                adjust::max_checked(adj)?;
+                s.overlay.check()?;
+                materialise(adj, &s.overlay, &mut s.spare);
+                top_k::select(&s.spare, k, &mut s.cand);
+            }
+            let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
+            fill_weights(&s.cand, max, t, &mut s.weight);
+            let total: f64 = s.weight.iter().sum();
+            let mut n = s.cand.len();
+            if top_p < 1.0 {
+                if let Some(len) = top_p::prefix_len(&s.weight, top_p, total) {
+                    n = len.max(keep).min(n);
+                }
+            }
+            if min_p > 0.0 {
+                let m = above_min_p(&s.cand[..n], max, t, min_p);
+                n = m.max(keep).min(n);
+            }
+            let total = s.weight[..n].iter().sum();
+            return Ok(Some(Survivors::Prefix { n, total }));
+        }
+        // Min-p alone on an untouched row: one pass finds the maximum and the tokens near
+        // it; when they are few, sort them and cut exactly.
+        if top_p >= 1.0 && min_p > 0.0 && s.overlay.marked().is_none() {
+            // In logit units, with a margin of a sixteenth of a nat for rounding.
+            let width = (f64::from(t) * (f64::from(min_p).ln() - 1.0 / 16.0)) as f32;
+            if let Some(max) = top_k::near_max(adj, width, MIN_P_NEAR, &mut s.cand)? {
+                if max == f32::NEG_INFINITY {
+                    return Err(Error::NoCandidates);
+                }
+                // Every token above `floor` was collected (the threshold only rose
+                // towards it); tokens at `floor` exactly may be missing, so drop them.
+                let floor = max + width;
+                let margin_ok = (f64::from(floor) - f64::from(max)) / f64::from(t)
+                    < f64::from(min_p).ln() - 1.0 / 32.0;
+                s.cand.retain(|&(l, _)| l > floor);
+                s.cand.sort_unstable_by(top_k::order);
+                let m = above_min_p(&s.cand, max, t, min_p);
+                let n = m.max(keep);
+                // (Every token above `floor` is here, in order, so these are also the
+                // `keep` best when there are that many.)
+                if margin_ok && n <= s.cand.len() {
+                    s.cand.truncate(n);
+                    fill_weights(&s.cand, max, t, &mut s.weight);
+                    let total = s.weight.iter().sum();
+                    return Ok(Some(Survivors::Prefix { n, total }));
+                }
+            }
+        }
+        // Top-p without top-k: the best `NUCLEUS` tokens, the total mass from one
+        // vectorised pass, and an exact cut among those tokens when the nucleus lies
+        // within them; if it does not, more tokens while their number stays below
+        // `NUCLEUS_MAX`.
+        let mut known_max = None;
+        if top_p < 1.0 && keep <= NUCLEUS_MAX {
+            let mut cap = keep.max(NUCLEUS);
+            let mut mass = None;
+            s.weight.clear();
+            s.rest.clear();
+            loop {
+                if s.rest.is_empty() {
+                    let (keys, seeds, rest) = (&mut s.keys, &mut s.seeds, &mut s.rest);
+                    top_k::select_buffered(adj, cap, &s.overlay, keys, seeds, &mut s.cand, rest)?;
+                } else {
+                    // The entries the last selection found beyond its best `cap`, which
+                    // are the next best (left only when the candidates fell short): taken
+                    // before selecting again.
+                    top_k::append_rest(&mut s.rest, &mut s.cand);
+                }
+                let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
+                known_max = Some(max);
+                let floor = s.cand.last().map_or(max, |c| c.0);
+                // The best `cap` begin with the best of the previous attempt, in the same
+                // order: only the new ones need a weight.
+                let done = s.weight.len();
+                s.weight
+                    .extend(s.cand[done..].iter().map(|&(l, _)| scaled(l, max, t).exp()));
+                if mass.is_none()
+                    && !precise
+                    && beyond_reach(&s.seeds, adj.len(), (max, floor), t, top_p, &s.weight)
+                {
+                    // A flat row: the histogram, without the total mass pass.
+                    break;
+                }
+                let (z, err) = *mass.get_or_insert_with(|| {
+                    let ov = &s.overlay;
+                    let weight = |&(_, l): &(u32, f32)| scaled(l, max, t).exp();
+                    if precise {
+                        // The row's unmarked tokens, then the patches (in `f64`).
+                        let z =
+                            crate::simd::row_mass_precise(adj, ov.marked(), max, t, f32::INFINITY);
+                        let zp: f64 = ov.patch.iter().map(weight).sum();
+                        return (z + zp, 0.0);
+                    }
+                    // The candidates above the floor have their exact weights already;
+                    // every other token lies at or below it: the row's unmarked ones
+                    // with fast weights, whose bound is then in proportion to the mass
+                    // below the candidates only, and the patches in `f64`.
+                    let above: f64 = (s.cand.iter().zip(&s.weight))
+                        .filter(|(c, _)| c.0 > floor)
+                        .map(|(_, w)| w)
+                        .sum();
+                    let (zr, err) = crate::simd::row_mass(adj, ov.marked(), max, t, floor);
+                    let zp: f64 = ov.patch.iter().filter(|p| p.1 <= floor).map(weight).sum();
+                    let z = above + zr + zp;
+                    // (With the rounding of the `f64` weights and sums, and that of the
+                    // precise `Z` that decides again when this bound is not enough.)
+                    (z, err + z * 1e-11)
+                });
+                let target = f64::from(top_p) * z;
+                // The decision stands only if the error of `z` cannot move the target
+                // across either neighbouring cumulative sum.
+                let margin = (!precise).then_some(f64::from(top_p) * err);
+                let n_p = match top_p::crossing(&s.weight, 0.0, target, margin) {
+                    top_p::Crossing::Undecided => return Ok(None),
+                    top_p::Crossing::At(n) => Some(n),
+                    top_p::Crossing::Short => None,
+                };
+                if let Some(n_p) = n_p {
+                    let mut n = n_p.max(keep).min(s.cand.len());
+                    if min_p > 0.0 {
+                        let m = above_min_p(&s.cand[..n], max, t, min_p);
+                        n = n.min(m.max(keep)).min(s.cand.len());
+                    }
+                    s.cand.truncate(n);
+                    s.weight.truncate(n);
+                    let total = s.weight.iter().sum();
+                    return Ok(Some(Survivors::Prefix { n, total }));
+                }
+                if !s.rest.is_empty() {
+                    continue;
+                }
+                // Every remaining token weighs at most the last one taken, so at least
+                // `(target - c) / last` more are needed.
+                let last = s.weight.last().copied().unwrap_or(0.0);
+                let c: f64 = s.weight.iter().sum();
+                // (A lower bound: half as many again are taken.)
+                let need = s.cand.len() as f64 + ((target - c) / last).ceil();
+                let next = 1.5 * need;
+                if s.cand.len() < cap || need.is_nan() || need > NUCLEUS_MAX as f64 {
+                    // Every finite token taken yet short of the target (a rounding case
+                    // for the histogram to settle), or a large nucleus (a flat row).
+                    break;
+                }
+                // (At least twice as many, at most `NUCLEUS_MAX`: the loop ends within two
+                // more selections.)
+                cap = (next as usize)
+                    .next_power_of_two()
+                    .max(2 * cap)
+                    .min(NUCLEUS_MAX);
+            }
+        }
+        // No top-k: the histogram.
+        let ov = &s.overlay;
+        let max = match known_max {
+            // The best of top-p's candidates, whose selection checked the row and the
+            // patches: the adjusted row's maximum.
+            Some(max) => max,
+            None => {
+                // The row's maximum may belong to a banned token, or to one a patch
+                // lowered: then the maximum is that of the unmarked tokens (a mask's
+                // bans: in the same pass as the row's check).
+                let mut max = if ov.has_bulk_bans() {
+                    ov.unmarked_max_checked(adj)?
+                } else {
+                    let raw_max = adjust::max_checked(adj)?;
+                    let lowered_top = ov
+                        .patch
+                        .iter()
+                        .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
+                    if lowered_top {
+                        ov.unmarked_max_checked(adj)?
+                    } else {
+                        raw_max
+                    }
+                };
+                ov.check()?;
+                for &(_, l) in &ov.patch {
+                    max = max.max(l);
+                }
+                max
+            }
+        };
+        if max == f32::NEG_INFINITY {
+            return Err(Error::NoCandidates);
+        }
+        let f = Frame::new(max, t);
+        let ln_min_p = f64::from(min_p).ln();
+        let key_thr = if min_p > 0.0 {
+            histogram::bucket_of(ln_min_p)
+        } else {
+            LAST
+        };
+        let need_total = top_p < 1.0 || min_p <= 0.0;
+        if !need_total && ov.marked().is_some() {
+            // Min-p alone needs no total: when few tokens come near the threshold (a
+            // peaked row), take them all in one pass, sort them and cut exactly. (The
+            // same as above, for a row with patches.)
+            let hi = (key_thr + 1).min(LAST);
+            if crate::simd::collect(adj, ov, f, 0, hi, MIN_P_DIRECT, &mut s.cand) {
+                let m = above_min_p(&s.cand, max, t, min_p);
+                // (The tokens of buckets 0..=hi are the top ones, in order, so they
+                // also hold the `keep` best when there are that many.)
+                let n = m.max(keep);
+                if n <= s.cand.len() {
+                    s.cand.truncate(n);
+                    fill_weights(&s.cand, max, t, &mut s.weight);
+                    let total = s.weight.iter().sum();
+                    return Ok(Some(Survivors::Prefix { n, total }));
+                }
+            }
+        }
+        let limit = if need_total {
+            LAST
+        } else {
+            (key_thr + 1).min(LAST)
+        };
+        crate::simd::build(
+            adj,
+            ov,
+            f,
+            limit,
+            precise,
+            &mut s.hist_count,
+            &mut s.hist_mass,
+        );
+        let z: f64 = s.hist_mass.iter().sum();
+        let err_of = |range: std::ops::Range<usize>| -> f64 {
+            if precise {
+                return 0.0;
+            }
+            range
+                .map(|b| histogram::error_bound(b, s.hist_count[b], s.hist_mass[b], f))
+                .sum()
+        };
+        if top_p >= 1.0 && min_p <= 0.0 {
+            return Ok(Some(Survivors::Hist {
+                lo: BUCKETS,
+                n: 0,
+                total: z,
+                frame: f,
+                err: err_of(0..BUCKETS),
+            }));
+        }
+        let b_p = if top_p < 1.0 {
+            histogram::mass_bucket(&s.hist_mass[..BUCKETS], f64::from(top_p) * z).unwrap_or(LAST)
+        } else {
+            LAST
+        };
+        let (b_m_lo, b_m_hi) = if min_p > 0.0 {
+            (key_thr.saturating_sub(1), (key_thr + 1).min(LAST))
+        } else {
+            (LAST, LAST)
+        };
+        let b_k = histogram::count_bucket(&s.hist_count[..BUCKETS], keep);
+        let b_k = match b_k {
+            Some(b) if b <= limit => b,
+            _ if need_total => LAST,
+            _ => {
+                // min-p alone with fewer than `keep` tokens near the top: the top `keep`.
+                top_k::select_patched(adj, keep, ov, &mut s.cand)?;
+                fill_weights(&s.cand, max, t, &mut s.weight);
+                let n = s.cand.len();
+                let total = s.weight.iter().sum();
+                return Ok(Some(Survivors::Prefix { n, total }));
+            }
+        };
+        let lo = b_p.min(b_m_lo);
+        let hi = b_k.max(b_p.min(b_m_hi));
+        let err_before = err_of(0..lo);
+        let err_total = if top_p < 1.0 { err_of(0..BUCKETS) } else { 0.0 };
+        crate::simd::collect(adj, ov, f, lo, hi, usize::MAX, &mut s.cand);
+        fill_weights(&s.cand, max, t, &mut s.weight);
+        let before: usize = s.hist_count[..lo].iter().map(|&c| c as usize).sum();
+        let cum_before: f64 = s.hist_mass[..lo].iter().sum();
+        let len = s.cand.len();
+        let mut n = usize::MAX;
+        if top_p < 1.0 {
+            let target = f64::from(top_p) * z;
+            // The decision stands if neither the fast masses nor the fast total can
+            // move the target across either neighbouring cumulative sum.
+            let margin = (!precise).then_some(err_before + f64::from(top_p) * err_total);
+            let n_p = match top_p::crossing(&s.weight, cum_before, target, margin) {
+                top_p::Crossing::At(n) => n,
+                top_p::Crossing::Short if precise => len,
+                top_p::Crossing::Short | top_p::Crossing::Undecided => return Ok(None),
+            };
+            n = n.min((before + n_p).max(keep));
+        }
+        if min_p > 0.0 {
+            let m = above_min_p(&s.cand, max, t, min_p);
+            n = n.min((before + m).max(keep));
+        }
+        let n = n.saturating_sub(before).min(len);
+        let total = cum_before + s.weight[..n].iter().sum::<f64>();
+        Ok(Some(Survivors::Hist {
+            lo,
+            n,
+            total,
+            frame: f,
+            err: err_before,
+        }))
+    }
+
+    /// Stage 5: the draw.
+    ///
+    /// `None` when `precise` is false and the target fell within the error bound of the
+    /// fast bucket masses.
+    fn draw<U: Logit>(
+        &mut self,
+        adj: &[U],
+        survivors: Survivors,
+        u: f64,
+        precise: bool,
+    ) -> Option<Sample> {
+        Some(match survivors {
+            Survivors::Greedy(id) => Sample::new(id, 0.0),
+            Survivors::Prefix { n, total } => {
+                let s = &self.scratch;
+                let i = draw::inverse_cdf(&s.weight[..n], total, u);
+                Sample::new(s.cand[i].1, (s.weight[i] / total).ln() as f32)
+            }
+            Survivors::Hist {
+                lo,
+                n,
+                total,
+                frame,
+                err,
+            } => {
+                let t = self.params.temperature();
+                // The target moves by at most `err` with the total, the sums by `err`.
+                let margin = if precise { None } else { Some(2.0 * err) };
+                let walk = Walk {
+                    frame,
+                    t,
+                    lo,
+                    n,
+                    target: u * total,
+                    margin,
+                };
+                let (id, w) = draw_hist(&mut self.scratch, adj, walk)?;
+                Sample::new(id, (w / total).ln() as f32)
+            }
+        })
+    }
+
+    /// The final-distribution logprob of token `id`.
+    fn final_logprob<U: Logit>(&self, adj: &[U], survivors: &Survivors, id: TokenId) -> f32 {
+        let s = &self.scratch;
+        match *survivors {
+            Survivors::Greedy(g) => {
+                if g == id {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }
+            Survivors::Prefix { n, total } => s.cand[..n]
+                .iter()
+                .position(|&(_, c)| c == id)
+                .map_or(f32::NEG_INFINITY, |i| (s.weight[i] / total).ln() as f32),
+            Survivors::Hist {
+                lo,
+                n,
+                total,
+                frame,
+                ..
+            } => {
+                let l = s.overlay.value(adj, id);
+                let k = histogram::key(l, frame) as usize;
+                if k < lo {
+                    let w = scaled(l, frame.max, self.params.temperature()).exp();
+                    (w / total).ln() as f32
+                } else {
+                    s.cand[..n]
+                        .iter()
+                        .position(|&(_, c)| c == id)
+                        .map_or(f32::NEG_INFINITY, |i| (s.weight[i] / total).ln() as f32)
+                }
+            }
+        }
+    }
+}
+
+/// The check of the dense path on a candidate set: the NaN or `+inf` of the lowest
+/// token id, then nothing else (an empty set is the caller's to report).
+fn check_set(c: &Candidates) -> Result<(), Error> {
+    if c.is_dense() {
+        return adjust::recheck(c.logits()).map(|_| ());
+    }
+    let bad = (c.ids().iter().zip(c.logits()))
+        .filter(|(_, &l)| adjust::not_finite_above(l))
+        .min_by_key(|(&id, _)| id);
+    match bad {
+        Some((&id, l)) if l.is_nan() => Err(Error::NanLogit { index: id as usize }),
+        Some((&id, _)) => Err(Error::InfiniteLogit { index: id as usize }),
+        None => Ok(()),
+    }
+}
+
+/// The tokens the penalties count this step (none without penalties).
+fn penalty_window<'a>(params: &SamplingParams, seq: &'a Sequence) -> &'a [TokenId] {
+    if params.has_penalties() {
+        seq.view()
+            .penalized(params.penalty_window(), params.penalize_prompt())
+    } else {
+        &[]
+    }
+}
+
+/// The bits of word `w` of a mask over `len` tokens that stand for tokens (all but the
+/// tail of the last word, which a caller of `words_mut` may have left set).
+#[inline]
+fn valid_bits(w: usize, len: usize) -> u32 {
+    let rest = len.saturating_sub(w * 32);
+    if rest >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << rest) - 1
+    }
+}
+
+/// Number of tokens `mask` allows (one pass over its words, stray tail bits ignored).
+fn count_allowed(mask: &TokenMask) -> usize {
+    let words = mask.words();
+    let Some((&last, body)) = words.split_last() else {
+        return 0;
+    };
+    popcount(body) + (last & valid_bits(body.len(), mask.len())).count_ones() as usize
+}
+
+/// Words per block of the mask passes.
+const MASK_BLOCK: usize = 16;
+
+/// The number of set bits in `words`.
+///
+/// Baseline x86-64 has no `popcnt` instruction, and `count_ones` then costs about five
+/// cycles a word; this counts the bits of each byte with shifts and masks on 16 lanes,
+/// which vectorises, and sums the byte counts every 31 blocks (before a byte can
+/// overflow).
+fn popcount(words: &[u32]) -> usize {
+    const GROUP: usize = 31 * MASK_BLOCK;
+    let mut total = 0usize;
+    let groups = words.chunks_exact(GROUP);
+    let rest = groups.remainder();
+    for group in groups {
+        let mut acc = [0u32; MASK_BLOCK];
+        for block in group.chunks_exact(MASK_BLOCK) {
+            for j in 0..MASK_BLOCK {
+                acc[j] += byte_counts(block[j]);
+            }
+        }
+        total += acc.iter().map(|&a| sum_bytes(a)).sum::<usize>();
+    }
+    total + rest.iter().map(|w| w.count_ones() as usize).sum::<usize>()
+}
+
+/// The number of set bits of each byte of `x`, in that byte.
+#[inline(always)]
+fn byte_counts(x: u32) -> u32 {
+    let x = x - ((x >> 1) & 0x5555_5555);
+    let x = (x & 0x3333_3333) + ((x >> 2) & 0x3333_3333);
+    (x + (x >> 4)) & 0x0F0F_0F0F
+}
+
+/// The sum of the four bytes of `x`.
+#[inline(always)]
+fn sum_bytes(x: u32) -> usize {
+    let x = (x & 0x00FF_00FF) + ((x >> 8) & 0x00FF_00FF);
+    ((x & 0xFFFF) + (x >> 16)) as usize
+}
+
+/// Calls `f(w, bits)` for every word `w` of `mask` holding a token it allows
+/// (`disallowed` false) or disallows (true), with those tokens' bits, in ascending order.
+/// A block of 16 words with no such token costs one test.
+#[inline]
+fn for_each_word(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(usize, u32)) {
+    let len = mask.len();
+    let flip = if disallowed { u32::MAX } else { 0 };
+    let words = mask.words();
+    // Whole blocks, skipped when empty, but for the last word (its tail bits are not
+    // tokens).
+    let body = words.len().saturating_sub(1) / MASK_BLOCK * MASK_BLOCK;
+    for (b, block) in words[..body].chunks_exact(MASK_BLOCK).enumerate() {
+        if block.iter().fold(0, |acc, &w| acc | (w ^ flip)) == 0 {
+            continue;
+        }
+        for (j, &word) in block.iter().enumerate() {
+            let bits = word ^ flip;
+            if bits != 0 {
+                f(b * MASK_BLOCK + j, bits);
+            }
+        }
+    }
+    for (w, &word) in words.iter().enumerate().skip(body) {
+        let bits = (word ^ flip) & valid_bits(w, len);
+        if bits != 0 {
+            f(w, bits);
+        }
+    }
+}
+
+/// Calls `f` with every token `mask` allows (`disallowed` false) or disallows (true), in
+/// ascending id order.
+#[inline]
+fn for_each_bit(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(TokenId)) {
+    for_each_word(mask, disallowed, |w, mut bits| {
+        let base = (w * 32) as TokenId;
+        while bits != 0 {
+            f(base + bits.trailing_zeros());
+            bits &= bits - 1;
+        }
+    });
+}
+
+/// The checks of the dense path on a compact row: the first NaN or `+inf` (the bias or a
+/// penalty overflowed) by vocabulary id, then [`Error::NoCandidates`] when no entry is
+/// finite.
+fn check_compact(vals: &[f32], ids: &[TokenId]) -> Result<(), Error> {
+    let mut any = false;
+    for (&v, &id) in vals.iter().zip(ids) {
+        if v.is_nan() {
+            return Err(Error::NanLogit { index: id as usize });
+        }
+        if v == f32::INFINITY {
+            return Err(Error::InfiniteLogit { index: id as usize });
+        }
+        any |= v > f32::NEG_INFINITY;
+    }
+    if any {
+        Ok(())
+    } else {
+        Err(Error::NoCandidates)
+    }
+}
+
+/// `(l - max) / t` in `f64`: the scaled logit every stage and the reference agree on.
+#[inline]
+fn scaled(l: f32, max: f32, t: f32) -> f64 {
+    (f64::from(l) - f64::from(max)) / f64::from(t)
+}
+
+fn fill_weights(cand: &[(f32, TokenId)], max: f32, t: f32, weight: &mut Vec<f64>) {
+    weight.clear();
+    weight.extend(cand.iter().map(|&(l, _)| scaled(l, max, t).exp()));
+}
+
+/// The adjusted row as `f32` into `out` (only for a top-k larger than the one-pass
+/// selection handles): `-inf` at the marked tokens, then the patches.
+fn materialise<U: Logit>(adj: &[U], ov: &adjust::Overlay, out: &mut Vec<f32>) {
+    out.clear();
+    out.extend(adj.iter().map(|x| x.to_f32()));
+    if let Some(marks) = ov.marked() {
+        for (w, &bits) in marks.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                if let Some(l) = out.get_mut(w * 32 + bits.trailing_zeros() as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+                bits &= bits - 1;
+            }
+        }
+    }
+    for &(id, l) in &ov.patch {
+        out[id as usize] = l;
+    }
+}
+
+/// True when the selection's seeds (one entry per block of the `n`-token row, a sample
+/// of it) estimate a total mass so large that the best [`NUCLEUS_MAX`] tokens, of which
+/// the best (down to the logit `floor`) have the weights `weight`, would hold less than
+/// half of top-p's target: a flat row, whose nucleus the histogram finds, so the total
+/// mass pass is not worth making. Only a choice of path: both give the same tokens.
+///
+/// The estimate is the candidates' exact mass plus the seeds below `floor` scaled to the
+/// row: a seed among the candidates (a rare high token that the sample happened to hit)
+/// is counted once, not once per block.
+fn beyond_reach(
+    seeds: &[f32],
+    n: usize,
+    (max, floor): (f32, f32),
+    t: f32,
+    top_p: f32,
+    weight: &[f64],
+) -> bool {
+    let (Some(&last), true) = (weight.last(), seeds.len() >= 64) else {
+        return false;
+    };
+    // Every seed is an unmarked entry of the row, at most `max`; those at or above
+    // `floor` are few, and taken back out.
+    let all = crate::simd::row_mass(seeds, None, max, t, f32::INFINITY).0;
+    let high: f64 = seeds
+        .iter()
+        .filter(|&&l| l >= floor)
+        .map(|&l| scaled(l, max, t).exp())
+        .sum();
+    let rest = (all - high).max(0.0) * n as f64 / n.div_ceil(adjust::BLOCK) as f64;
+    let c: f64 = weight.iter().sum();
+    let reach = c + NUCLEUS_MAX.saturating_sub(weight.len()) as f64 * last;
+    reach < 0.5 * f64::from(top_p) * (c + rest)
+}
+
+/// How many of the leading candidates `cand` (in [`top_k::order`]) min-p keeps: those
+/// with `(l - max) / T >= ln(min_p)`, in `f64`.
+fn above_min_p(cand: &[(f32, TokenId)], max: f32, t: f32, min_p: f32) -> usize {
+    let ln_min_p = f64::from(min_p).ln();
+    cand.iter()
+        .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
+        .count()
+}
+
+/// One draw over `Survivors::Hist`.
+struct Walk {
+    frame: Frame,
+    t: f32,
+    lo: usize,
+    n: usize,
+    target: f64,
+    /// With the fast masses: how close to a cumulative sum the target may not come.
+    margin: Option<f64>,
+}
+
+/// Inverse CDF over `Survivors::Hist` without sorting the buckets before `lo`: walk the
+/// buckets' masses to the one where the running mass passes the target, sort that bucket
+/// alone and walk its exact weights; past bucket `lo`, walk `cand[..n]`. If rounding
+/// leaves the target unreached, the last positive-weight survivor is taken. Returns the
+/// token and its weight, or `None` when the fast masses cannot decide.
+fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, f64)> {
+    let (f, target) = (w.frame, w.target);
+    let close = |prev: f64, c: f64| {
+        w.margin
+            .is_some_and(|m| target - prev <= m || c - target <= m)
+    };
+    let mut cum = 0.0;
+    let mut last = None;
+    for b in 0..w.lo.min(BUCKETS) {
+        let m = s.hist_mass[b];
+        if s.hist_count[b] == 0 {
+            continue;
+        }
+        last = Some(b);
+        if cum + m > target || w.margin.is_some_and(|e| cum + m + e > target) {
+            crate::simd::collect(adj, &s.overlay, f, b, b, usize::MAX, &mut s.cand2);
+            fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
+            let mut c = cum;
+            for (i, &x) in s.weight2.iter().enumerate() {
+                let prev = c;
+                c += x;
+                if x > 0.0 && c > target {
+                    if close(prev, c) {
+                        return None;
+                    }
+                    return Some((s.cand2[i].1, x));
+                }
+            }
+        }
+        cum += m;
+    }
+    let mut c = cum;
+    for (i, &x) in s.weight[..w.n].iter().enumerate() {
+        let prev = c;
+        c += x;
+        if x > 0.0 && c > target {
+            if close(prev, c) {
+                return None;
+            }
+            return Some((s.cand[i].1, x));
+        }
+    }
+    if w.margin.is_some() {
+        // Unreached with the fast masses: decide with the precise ones.
+        return None;
+    }
+    // Rounding: the last positive-weight survivor.
+    if let Some(i) = s.weight[..w.n].iter().rposition(|&x| x > 0.0) {
+        return Some((s.cand[i].1, s.weight[i]));
+    }
+    let b = last.unwrap_or(0);
+    crate::simd::collect(adj, &s.overlay, f, b, b, usize::MAX, &mut s.cand2);
+    fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
+    let i = s.weight2.iter().rposition(|&x| x > 0.0).unwrap_or(0);
+    Some(match s.cand2.get(i) {
+        Some(&(_, id)) => (id, s.weight2[i]),
+        None => (0, 0.0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The estimate from the seeds sends a flat row's top-p to the histogram, and keeps
+    /// a peaked row, whose nucleus lies among the candidates, on the candidate path.
+    #[test]
+    fn only_flat_rows_are_beyond_the_candidates_reach() {
+        let n = 151_936;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let flat = crate::test_rows::uniform_row(&mut x, n, 4.0, n + 1, n + 1);
+        let mut peaked = flat.clone();
+        for i in (0..n).step_by(4_217) {
+            peaked[i] = 12.0;
+        }
+        // Peaks of unequal height, the highest at token 0, which is also a seed: the
+        // sample must not count it once per block.
+        let mut seeded = flat.clone();
+        for (j, i) in (0..n).step_by(5_003).enumerate() {
+            seeded[i] = 14.0 - (j % 5) as f32;
+        }
+        let ov = adjust::Overlay::new(n);
+        for (row, t, flat_row) in [
+            (&flat, 1.0f32, true),
+            (&flat, 0.05, false),
+            (&peaked, 1.0, false),
+            (&seeded, 1.0, false),
+        ] {
+            let (mut keys, mut seeds, mut cand) = (Vec::new(), Vec::new(), Vec::new());
+            let rest = &mut Vec::new();
+            top_k::select_buffered(row, NUCLEUS, &ov, &mut keys, &mut seeds, &mut cand, rest)
+                .unwrap();
+            assert!(seeds.len() >= n / adjust::BLOCK - 1);
+            let (max, floor) = (cand[0].0, cand[cand.len() - 1].0);
+            let mut weight = Vec::new();
+            fill_weights(&cand, max, t, &mut weight);
+            assert_eq!(
+                beyond_reach(&seeds, n, (max, floor), t, 0.95, &weight),
+                flat_row,
+                "t {t}, max {max}"
+            );
+        }
+    }
+}

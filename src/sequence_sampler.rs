@@ -1,0 +1,107 @@
+//! [`SequenceSampler`]: what [`Sampler`] and [`Chain`] share, for the callers that take
+//! either.
+
+use crate::chain::Chain;
+use crate::element::Logit;
+use crate::error::Error;
+use crate::history::History;
+use crate::mask::TokenMask;
+use crate::sample::Sample;
+use crate::sampler::Sampler;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for crate::Sampler {}
+    impl Sealed for crate::Chain {}
+}
+
+/// One sequence's sampler, whatever its stages: a [`Sampler`] (the documented order) or
+/// a [`Chain`] (any order). Both run on the same engine; this trait lets
+/// [`BatchSampler`](crate::BatchSampler) and
+/// [`GrammarMask::sample`](crate::grammar::GrammarMask::sample) take either.
+///
+/// Sealed: implemented by [`Sampler`] and [`Chain`] only.
+///
+/// # Example
+/// ```
+/// use logits::{Chain, SequenceSampler, TopK};
+///
+/// fn next<S: SequenceSampler>(s: &mut S, row: &[f32]) -> u32 {
+///     s.sample_next(row, None).unwrap().token
+/// }
+/// let mut chain = Chain::builder(3).stage(TopK::new(1)?).draw().build()?;
+/// assert_eq!(next(&mut chain, &[0.0, 2.0, 1.0]), 1);
+/// # Ok::<(), logits::Error>(())
+/// ```
+pub trait SequenceSampler: sealed::Sealed + Send + std::fmt::Debug {
+    /// Samples the next token, under `mask` if one is given, and appends it to the
+    /// history: [`Sampler::sample_masked`] / [`Chain::sample_masked`], or `sample`
+    /// without a mask.
+    ///
+    /// # Errors
+    /// As [`Sampler::sample_masked`].
+    fn sample_next<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+    ) -> Result<Sample, Error>;
+
+    /// Removes the last `n` generated tokens (at most all of them).
+    fn rollback(&mut self, n: usize);
+
+    /// The sequence's tokens so far.
+    fn history(&self) -> History<'_>;
+
+    /// The vocabulary size.
+    fn vocab_size(&self) -> usize;
+}
+
+impl SequenceSampler for Sampler {
+    fn sample_next<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+    ) -> Result<Sample, Error> {
+        match mask {
+            Some(mask) => self.sample_masked(logits, mask),
+            None => self.sample(logits),
+        }
+    }
+
+    fn rollback(&mut self, n: usize) {
+        Sampler::rollback(self, n);
+    }
+
+    fn history(&self) -> History<'_> {
+        Sampler::history(self)
+    }
+
+    fn vocab_size(&self) -> usize {
+        Sampler::vocab_size(self)
+    }
+}
+
+impl SequenceSampler for Chain {
+    fn sample_next<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+    ) -> Result<Sample, Error> {
+        match mask {
+            Some(mask) => self.sample_masked(logits, mask),
+            None => self.sample(logits),
+        }
+    }
+
+    fn rollback(&mut self, n: usize) {
+        Chain::rollback(self, n);
+    }
+
+    fn history(&self) -> History<'_> {
+        Chain::history(self)
+    }
+
+    fn vocab_size(&self) -> usize {
+        Chain::vocab_size(self)
+    }
+}
