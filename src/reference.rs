@@ -14,6 +14,12 @@
 //!
 //! Greedy (`T = 0`) is [`argmax`].
 //!
+//! A [`Chain`](crate::Chain) runs its stages in any order; [`chain_survivors`],
+//! [`chain_sample`] and [`chain_greedy`] are its specification, with one [`Step`] per
+//! stage. The mask comes before the first step, each step works on the candidates the
+//! previous ones left ([`ChainState`]: the finite ones in draw order and the temperature
+//! accumulated so far), and the draw is the same [`draw`].
+//!
 //! # Example
 //! ```
 //! use logits::reference;
@@ -302,4 +308,471 @@ pub fn raw_logprob(row: &[f32], vocab_size: usize, token: TokenId) -> f64 {
     let m = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let z: f64 = r.iter().map(|&x| (f64::from(x) - f64::from(m)).exp()).sum();
     f64::from(r[token as usize]) - f64::from(m) - z.ln()
+}
+
+/// One stage of a [`Chain`](crate::Chain), for the chain functions below
+/// ([`chain_survivors`], [`chain_sample`], [`chain_greedy`]).
+///
+/// Each variant has the documented semantics of the stage it names. Adjustments
+/// (`Bias`, `Penalties`) change the logits of the candidates still present; `Temperature`
+/// multiplies the accumulated temperature `T`; every other step is a cut, which works on
+/// the candidates' probabilities `p_i = exp((l_i - l_max) / T) / total` (`f64`, with
+/// `l_max` the largest current logit and `total` the sum over the current candidates)
+/// and keeps a subset of them. A `min_keep` of 0 is taken as 1, as the stages'
+/// `min_keep` does. Parameters are taken as given: the stages' constructors refuse
+/// the values outside their ranges.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Step {
+    /// [`LogitBias`](crate::LogitBias): `l += bias` for each listed token present; `-inf`
+    /// bans it. A later entry for the same id replaces an earlier one; an id
+    /// `>= vocab_size` is [`Error::TokenOutOfRange`].
+    Bias(Vec<(TokenId, f32)>),
+    /// [`Penalties`](crate::Penalties): for each distinct token seen `c > 0` times in
+    /// the penalty window and still present, the repetition penalty (`l > 0 ? l / r :
+    /// l * r`, skipped for `r = 1`), then `l -= c * frequency + presence` (computed in
+    /// `f32`).
+    Penalties {
+        /// Repetition penalty `r > 0` (1 is off).
+        repetition: f32,
+        /// Frequency penalty (0 is off).
+        frequency: f32,
+        /// Presence penalty (0 is off).
+        presence: f32,
+        /// Count only the last `n` tokens of the history (all when `None`).
+        window: Option<usize>,
+        /// Whether the prompt's tokens count.
+        penalize_prompt: bool,
+    },
+    /// [`Temperature`](crate::Temperature) `t > 0`: `T *= t` (in `f64`).
+    Temperature(f32),
+    /// [`TopK`](crate::TopK): the first `max(k, min_keep)` candidates in draw order.
+    TopK {
+        /// The number of candidates kept.
+        k: usize,
+        /// At least this many are kept.
+        min_keep: usize,
+    },
+    /// [`TopP`](crate::TopP): the shortest prefix in draw order whose cumulative weight
+    /// (summed in `f64` in that order) reaches `p * total`, the crossing token kept, and
+    /// at least `min_keep`; all of them when `p >= 1` or when rounding leaves the target
+    /// unreached.
+    TopP {
+        /// The probability mass kept.
+        p: f32,
+        /// At least this many are kept.
+        min_keep: usize,
+    },
+    /// [`MinP`](crate::MinP): the candidates with `s_i - s_max >= ln(p)` for the scaled
+    /// logits `s = (l - l_max) / T` (so `p_i >= p * p_max`, equality kept), at least
+    /// `min_keep`; all of them when `p <= 0`.
+    MinP {
+        /// The fraction of the top probability a candidate needs.
+        p: f32,
+        /// At least this many are kept.
+        min_keep: usize,
+    },
+    /// [`TypicalP`](crate::TypicalP) (Hugging Face's `TypicalLogitsWarper`): with
+    /// `ln p_i = s_i - ln(total)`, the entropy `H = -sum p_i ln p_i` (over `p_i > 0`) and
+    /// the distances `d_i = |-ln p_i - H|`, the candidates are ordered by `d_i`
+    /// ascending, ties to the lower id; the first of them at which the cumulative weight
+    /// (in that order) reaches `p * total` sets `d*`, and every candidate with `d_i <= d*`
+    /// is kept (all of them when the target is never reached), or the `min_keep` first
+    /// ones in that order when that is more. Nothing changes when `p >= 1` or at most one
+    /// candidate is left.
+    Typical {
+        /// The probability mass kept.
+        p: f32,
+        /// At least this many are kept.
+        min_keep: usize,
+    },
+    /// [`EpsilonCutoff`](crate::EpsilonCutoff) (Hugging Face's `EpsilonLogitsWarper`):
+    /// keeps `p_i >= epsilon`; when fewer than `min_keep` do, also every candidate whose
+    /// logit is at least the `min_keep`-th largest (ties kept).
+    Epsilon {
+        /// The least probability kept.
+        epsilon: f32,
+        /// At least this many are kept.
+        min_keep: usize,
+    },
+    /// [`EtaCutoff`](crate::EtaCutoff) (Hugging Face's `EtaLogitsWarper`): `Epsilon` with
+    /// the cut `eta = min(epsilon, sqrt(epsilon) * exp(-H))`, `H` the entropy of the
+    /// current distribution (as in `Typical`).
+    Eta {
+        /// The stage's `epsilon`, from which `eta` is derived.
+        epsilon: f32,
+        /// At least this many are kept.
+        min_keep: usize,
+    },
+    /// [`TopNSigma`](crate::TopNSigma) (llama.cpp): with `mean` and `sigma` the mean and
+    /// population standard deviation of the current logits (not scaled; `f64`), keeps
+    /// `l >= l_max - n * sigma`; nothing changes with fewer than two candidates.
+    TopNSigma {
+        /// The number of standard deviations kept below the top logit.
+        n: f32,
+    },
+}
+
+/// The candidates between two [`Step`]s of a chain.
+///
+/// A `-inf` logit stays `-inf` under every adjustment and has no weight, so the state
+/// holds only the tokens whose logit is finite.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChainState {
+    /// Every candidate with its adjusted `f32` logit, in draw order: logit descending,
+    /// ties (`-0.0` equal to `0.0`) to the lower id.
+    pub candidates: Vec<(TokenId, f32)>,
+    /// The temperature applied so far: the product (in `f64`, in step order) of every
+    /// temperature step's `f64::from(t)`, starting at 1.
+    pub temperature: f64,
+}
+
+impl ChainState {
+    /// The candidates with their scaled logits `(l - l_max) / T` at the accumulated
+    /// temperature, in draw order.
+    pub fn scaled(&self) -> Vec<Candidate> {
+        let Some(&(_, max)) = self.candidates.first() else {
+            return Vec::new();
+        };
+        self.candidates
+            .iter()
+            .map(|&(id, logit)| Candidate {
+                id,
+                logit,
+                scaled: (f64::from(logit) - f64::from(max)) / self.temperature,
+            })
+            .collect()
+    }
+
+    /// Every candidate with its probability, in draw order.
+    pub fn distribution(&self) -> Vec<(TokenId, f64)> {
+        normalize(&self.scaled())
+    }
+
+    /// Keeps the candidates of `kept` (a subset of [`scaled`](Self::scaled)), in
+    /// draw order.
+    fn keep_ids(&mut self, kept: &[Candidate]) {
+        let ids: std::collections::BTreeSet<TokenId> = kept.iter().map(|c| c.id).collect();
+        self.candidates.retain(|(id, _)| ids.contains(id));
+    }
+
+    /// Drops `-inf`, refuses NaN and `+inf`, and restores draw order after an
+    /// adjustment.
+    fn settle(&mut self) -> Result<(), Error> {
+        let mut bad: Vec<(TokenId, f32)> = self
+            .candidates
+            .iter()
+            .copied()
+            .filter(|&(_, l)| l.is_nan() || l == f32::INFINITY)
+            .collect();
+        bad.sort_by_key(|&(id, _)| id);
+        if let Some(&(id, l)) = bad.first() {
+            let index = id as usize;
+            return Err(if l.is_nan() {
+                Error::NanLogit { index }
+            } else {
+                Error::InfiniteLogit { index }
+            });
+        }
+        self.candidates.retain(|&(_, l)| l > f32::NEG_INFINITY);
+        self.candidates
+            .sort_by(|a, b| (b.1 + 0.0).total_cmp(&(a.1 + 0.0)).then(a.0.cmp(&b.0)));
+        Ok(())
+    }
+}
+
+/// The start of a chain: the row checked, the mask applied, every token left as a
+/// candidate at temperature 1.
+///
+/// # Errors
+/// In this order: [`Error::EmptyVocabulary`] for an empty row or vocabulary,
+/// [`Error::VocabLargerThanRow`], [`Error::LengthMismatch`] for a mask of another
+/// length than `vocab_size`, [`Error::NanLogit`] / [`Error::InfiniteLogit`] for the
+/// first bad entry among the first `vocab_size`, [`Error::TokenOutOfRange`] for a
+/// history token `>= vocab_size`.
+pub fn chain_start(
+    row: &[f32],
+    vocab_size: usize,
+    history: &History<'_>,
+    mask: Option<&TokenMask>,
+) -> Result<ChainState, Error> {
+    if vocab_size == 0 || row.is_empty() {
+        return Err(Error::EmptyVocabulary);
+    }
+    if vocab_size > row.len() {
+        return Err(Error::VocabLargerThanRow {
+            vocab_size,
+            row_len: row.len(),
+        });
+    }
+    if let Some(mask) = mask {
+        if mask.len() != vocab_size {
+            return Err(Error::LengthMismatch {
+                expected: vocab_size,
+                actual: mask.len(),
+            });
+        }
+    }
+    check_row(row, vocab_size)?;
+    if let Some(&id) = history
+        .tokens()
+        .iter()
+        .find(|&&id| id as usize >= vocab_size)
+    {
+        return Err(Error::TokenOutOfRange { id, vocab_size });
+    }
+    let mut state = ChainState {
+        candidates: row[..vocab_size]
+            .iter()
+            .enumerate()
+            .filter(|&(id, _)| mask.is_none_or(|m| m.is_allowed(id as TokenId)))
+            .map(|(id, &l)| (id as TokenId, l))
+            .collect(),
+        temperature: 1.0,
+    };
+    state.settle()?;
+    Ok(state)
+}
+
+/// Entropy `-sum p ln p` (nats) of the scaled candidates, with `ln p = s - ln(total)`;
+/// zero weights add nothing. Returns the entropy and `ln(total)`.
+fn chain_entropy(c: &[Candidate]) -> (f64, f64) {
+    let total: f64 = c.iter().map(Candidate::weight).sum();
+    let ln_total = total.ln();
+    let mut h = 0.0;
+    for x in c {
+        let w = x.weight();
+        if w > 0.0 {
+            h -= (w / total) * (x.scaled - ln_total);
+        }
+    }
+    (h, ln_total)
+}
+
+/// The epsilon rule: `p_i >= cut`, or (when fewer than `min_keep` pass) a logit at least
+/// the `min_keep`-th largest.
+fn chain_cut_below(c: &[Candidate], cut: f64, min_keep: usize) -> Vec<Candidate> {
+    let total: f64 = c.iter().map(Candidate::weight).sum();
+    let passes = |x: &Candidate| x.weight() / total >= cut;
+    let n = c.iter().filter(|x| passes(x)).count();
+    let floor = if n < min_keep && !c.is_empty() {
+        c[min_keep.min(c.len()) - 1].logit
+    } else {
+        f32::INFINITY
+    };
+    c.iter()
+        .filter(|x| passes(x) || x.logit >= floor)
+        .copied()
+        .collect()
+}
+
+/// One step of a chain on `state`.
+///
+/// # Errors
+/// [`Error::TokenOutOfRange`] for a bias id `>= vocab_size`; [`Error::NanLogit`] /
+/// [`Error::InfiniteLogit`] (the lowest such token id) when an adjustment leaves a NaN
+/// or `+inf` logit.
+pub fn chain_step(
+    state: &mut ChainState,
+    step: &Step,
+    vocab_size: usize,
+    history: &History<'_>,
+) -> Result<(), Error> {
+    let c = state.scaled();
+    match *step {
+        Step::Bias(ref entries) => {
+            let mut bias = std::collections::BTreeMap::new();
+            for &(id, b) in entries {
+                if id as usize >= vocab_size {
+                    return Err(Error::TokenOutOfRange { id, vocab_size });
+                }
+                bias.insert(id, b);
+            }
+            for (id, l) in &mut state.candidates {
+                if let Some(b) = bias.get(id) {
+                    *l += b;
+                }
+            }
+            state.settle()?;
+        }
+        Step::Penalties {
+            repetition,
+            frequency,
+            presence,
+            window,
+            penalize_prompt,
+        } => {
+            let mut counts = std::collections::BTreeMap::<TokenId, u32>::new();
+            for &id in history.penalized(window, penalize_prompt) {
+                *counts.entry(id).or_insert(0) += 1;
+            }
+            for (id, l) in &mut state.candidates {
+                if let Some(&n) = counts.get(id) {
+                    if repetition != 1.0 {
+                        *l = if *l > 0.0 {
+                            *l / repetition
+                        } else {
+                            *l * repetition
+                        };
+                    }
+                    *l -= n as f32 * frequency + presence;
+                }
+            }
+            state.settle()?;
+        }
+        Step::Temperature(t) => state.temperature *= f64::from(t),
+        Step::TopK { k, min_keep } => state.keep_ids(&top_k(&c, k, min_keep.max(1))),
+        Step::TopP { p, min_keep } => state.keep_ids(&top_p(&c, p, min_keep.max(1))),
+        Step::MinP { p, min_keep } => state.keep_ids(&min_p(&c, p, min_keep.max(1))),
+        Step::Typical { p, min_keep } => {
+            if p >= 1.0 || c.len() <= 1 {
+                return Ok(());
+            }
+            let (h, ln_total) = chain_entropy(&c);
+            let total: f64 = c.iter().map(Candidate::weight).sum();
+            let mut by_distance: Vec<(f64, Candidate)> = c
+                .iter()
+                .map(|x| ((-(x.scaled - ln_total) - h).abs(), *x))
+                .collect();
+            by_distance.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
+            let target = f64::from(p) * total;
+            let mut cum = 0.0;
+            let mut cutoff = f64::INFINITY;
+            for (d, x) in &by_distance {
+                cum += x.weight();
+                if cum >= target {
+                    cutoff = *d;
+                    break;
+                }
+            }
+            let n = by_distance.iter().filter(|(d, _)| *d <= cutoff).count();
+            let n = n.max(min_keep.max(1)).min(by_distance.len());
+            let kept: Vec<Candidate> = by_distance[..n].iter().map(|(_, x)| *x).collect();
+            state.keep_ids(&kept);
+        }
+        Step::Epsilon { epsilon, min_keep } => {
+            state.keep_ids(&chain_cut_below(&c, f64::from(epsilon), min_keep.max(1)));
+        }
+        Step::Eta { epsilon, min_keep } => {
+            if c.is_empty() {
+                return Ok(());
+            }
+            let (h, _) = chain_entropy(&c);
+            let eps = f64::from(epsilon);
+            let eta = eps.min(eps.sqrt() * (-h).exp());
+            state.keep_ids(&chain_cut_below(&c, eta, min_keep.max(1)));
+        }
+        Step::TopNSigma { n } => {
+            if c.len() < 2 {
+                return Ok(());
+            }
+            let count = c.len() as f64;
+            let mean = c.iter().map(|x| f64::from(x.logit)).sum::<f64>() / count;
+            let var = c
+                .iter()
+                .map(|x| (f64::from(x.logit) - mean).powi(2))
+                .sum::<f64>()
+                / count;
+            let floor = f64::from(c[0].logit) - f64::from(n) * var.sqrt();
+            state.candidates.retain(|&(_, l)| f64::from(l) >= floor);
+        }
+    }
+    Ok(())
+}
+
+/// The whole chain up to its end: [`chain_start`], then every step in order.
+///
+/// # Errors
+/// Those of [`chain_start`] and [`chain_step`], then [`Error::NoCandidates`] when no
+/// candidate is left.
+pub fn chain_candidates(
+    row: &[f32],
+    vocab_size: usize,
+    history: &History<'_>,
+    mask: Option<&TokenMask>,
+    steps: &[Step],
+) -> Result<ChainState, Error> {
+    let mut state = chain_start(row, vocab_size, history, mask)?;
+    for step in steps {
+        chain_step(&mut state, step, vocab_size, history)?;
+    }
+    if state.candidates.is_empty() {
+        return Err(Error::NoCandidates);
+    }
+    Ok(state)
+}
+
+/// The final distribution of a chain ending in a draw: every surviving token with its
+/// probability at the accumulated temperature, in draw order.
+///
+/// # Example
+/// ```
+/// use logits::reference::{self, Step};
+/// use logits::History;
+///
+/// // llama.cpp's order: cut first, temperature last.
+/// let row = [2.0f32, 1.0, 0.0, -1.0];
+/// let steps = [Step::TopK { k: 2, min_keep: 1 }, Step::Temperature(0.5)];
+/// let history = History::new(&[], 0);
+/// let dist = reference::chain_survivors(&row, 4, &history, None, &steps)?;
+/// // Weights exp(0) and exp(-1 / 0.5).
+/// let p0 = 1.0 / (1.0 + (-2.0f64).exp());
+/// assert_eq!(dist.len(), 2);
+/// assert!((dist[0].1 - p0).abs() < 1e-12);
+/// // A uniform past p0 draws the second token.
+/// let (token, logprob) = reference::chain_sample(&row, 4, &history, None, &steps, 0.95)?;
+/// assert_eq!(token, 1);
+/// assert!((logprob - (1.0 - p0).ln()).abs() < 1e-12);
+/// assert_eq!(reference::chain_greedy(&row, 4, &history, None, &steps)?, 0);
+/// # Ok::<(), logits::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`chain_candidates`].
+pub fn chain_survivors(
+    row: &[f32],
+    vocab_size: usize,
+    history: &History<'_>,
+    mask: Option<&TokenMask>,
+    steps: &[Step],
+) -> Result<Vec<(TokenId, f64)>, Error> {
+    chain_candidates(row, vocab_size, history, mask, steps).map(|s| s.distribution())
+}
+
+/// A chain ending in a draw: the token [`draw`] picks with uniform `u` in `[0, 1)` from
+/// the survivors in draw order, and its final logprob.
+///
+/// # Errors
+/// As [`chain_candidates`].
+pub fn chain_sample(
+    row: &[f32],
+    vocab_size: usize,
+    history: &History<'_>,
+    mask: Option<&TokenMask>,
+    steps: &[Step],
+    u: f64,
+) -> Result<(TokenId, f64), Error> {
+    let c = chain_candidates(row, vocab_size, history, mask, steps)?.scaled();
+    let token = draw(&c, u);
+    let total: f64 = c.iter().map(Candidate::weight).sum();
+    let w = c
+        .iter()
+        .find(|x| x.id == token)
+        .map_or(0.0, Candidate::weight);
+    Ok((token, (w / total).ln()))
+}
+
+/// A chain ending in a greedy pick: the first survivor in draw order (the largest
+/// logit, ties to the lower id).
+///
+/// # Errors
+/// As [`chain_candidates`].
+pub fn chain_greedy(
+    row: &[f32],
+    vocab_size: usize,
+    history: &History<'_>,
+    mask: Option<&TokenMask>,
+    steps: &[Step],
+) -> Result<TokenId, Error> {
+    chain_candidates(row, vocab_size, history, mask, steps).map(|s| s.candidates[0].0)
 }
