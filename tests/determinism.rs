@@ -3,7 +3,9 @@
 //! literals: they must come out identical in debug and release builds, with and without
 //! `-C target-cpu=native`, through `Sampler` one sequence at a time and through
 //! `BatchSampler` in any batch order and size, and through the f32 and bf16 paths (the
-//! logits are exactly representable in bf16, so the inputs are equal).
+//! logits are exactly representable in bf16, so the inputs are equal). Chains in
+//! llama.cpp's order (temperature after the cuts) have goldens of their own, which
+//! `reference::chain_sample` gives too.
 //!
 //! A failure here means that the same seed, parameters and logits now give other tokens:
 //! a value-breaking change. It must not be "fixed" by pasting the new tokens; the change
@@ -426,6 +428,232 @@ fn goldens_are_the_reference_tokens() {
     for (i, case) in cases().iter().enumerate() {
         for big in [false, true] {
             assert_golden(i, big, "reference", &run_reference(case, big));
+        }
+    }
+}
+
+/// Chains in llama.cpp's order, where temperature comes after the cuts: its default
+/// sampler order, and Qwen3's parameters in that order. Their seeds are ones with which
+/// the same stages with temperature first sample other tokens on both rows, so that the
+/// goldens pin the order too.
+const LLAMA_CHAINS: [&str; 2] = [
+    "llama.cpp default k40 p0.95 min_p0.05 T0.8",
+    "llama.cpp order k20 p0.95 T0.6",
+];
+
+fn llama_chain(which: usize, vocab: usize) -> Chain {
+    let b = Chain::builder(vocab);
+    let b = match which {
+        0 => b
+            .stage(TopK::new(40).unwrap())
+            .stage(TopP::new(0.95).unwrap())
+            .stage(MinP::new(0.05).unwrap())
+            .stage(Temperature::new(0.8).unwrap())
+            .seed(42),
+        _ => b
+            .stage(TopK::new(20).unwrap())
+            .stage(TopP::new(0.95).unwrap())
+            .stage(Temperature::new(0.6).unwrap())
+            .seed(10),
+    };
+    b.draw().build().unwrap()
+}
+
+/// The same chains as `reference` steps, with their seeds.
+fn llama_steps(which: usize) -> (Vec<reference::Step>, u64) {
+    use reference::Step;
+    match which {
+        0 => (
+            vec![
+                Step::TopK { k: 40, min_keep: 1 },
+                Step::TopP {
+                    p: 0.95,
+                    min_keep: 1,
+                },
+                Step::MinP {
+                    p: 0.05,
+                    min_keep: 1,
+                },
+                Step::Temperature(0.8),
+            ],
+            42,
+        ),
+        _ => (
+            vec![
+                Step::TopK { k: 20, min_keep: 1 },
+                Step::TopP {
+                    p: 0.95,
+                    min_keep: 1,
+                },
+                Step::Temperature(0.6),
+            ],
+            10,
+        ),
+    }
+}
+
+/// The expected tokens for (llama.cpp-order chain, big row).
+fn llama_golden(which: usize, big: bool) -> &'static [TokenId] {
+    const BIG_GOLDEN: [&[TokenId]; 2] = [
+        // llama.cpp default k40 p0.95 min_p0.05 T0.8
+        &[
+            144396, 69535, 109380, 5954, 3982, 53868, 102399, 89438, 131568, 91681, 8309, 54205,
+            91156, 55844, 75407, 72795, 94378, 23509, 22239, 131943, 76230, 98241, 77162, 138099,
+        ],
+        // llama.cpp order k20 p0.95 T0.6
+        &[
+            133939, 5902, 103816, 7989, 69761, 31008, 106417, 150018, 32852, 37749, 65660, 106769,
+            128168, 32534, 29419, 113668, 125579, 73068, 44605, 145166, 102213, 133489, 71321,
+            82233,
+        ],
+    ];
+    const SMALL_GOLDEN: [&[TokenId]; 2] = [
+        // llama.cpp default k40 p0.95 min_p0.05 T0.8
+        &[
+            23, 0, 59, 60, 61, 7, 7, 52, 55, 59, 13, 22, 35, 16, 4, 52, 31, 38, 27, 5, 1, 20, 35,
+            10,
+        ],
+        // llama.cpp order k20 p0.95 T0.6
+        &[
+            6, 39, 59, 60, 61, 24, 14, 55, 63, 17, 7, 33, 29, 8, 21, 17, 37, 62, 42, 14, 19, 61,
+            62, 28,
+        ],
+    ];
+    if big {
+        BIG_GOLDEN[which]
+    } else {
+        SMALL_GOLDEN[which]
+    }
+}
+
+fn assert_llama_golden(which: usize, big: bool, path: &str, got: &[TokenId]) {
+    let want = llama_golden(which, big);
+    let name = LLAMA_CHAINS[which];
+    assert_eq!(
+        got,
+        want,
+        "\n{path}: the golden tokens of {name:?} ({} row) changed.\n\
+         This is a value-breaking change: the same seed, parameters and logits now sample \
+         other tokens. Explain the change that caused it before touching the goldens.\n\
+         got: {got:?}\n",
+        if big { "151,936" } else { "64" },
+    );
+}
+
+/// One sequence through a chain in llama.cpp's order, f32 or bf16 rows.
+fn run_llama_chain(which: usize, big: bool, use_bf16: bool) -> Vec<TokenId> {
+    let (vocab, len, stream) = dims(big);
+    let mut chain = llama_chain(which, vocab);
+    let mut prev = 0;
+    let mut out = Vec::with_capacity(STEPS);
+    for step in 0..STEPS {
+        let r = row(len, stream, step, prev);
+        let t = if use_bf16 {
+            chain.sample(&to_bf16(&r)).unwrap().token
+        } else {
+            chain.sample(&r).unwrap().token
+        };
+        assert!((t as usize) < vocab, "padding token {t}");
+        out.push(t);
+        prev = t;
+    }
+    out
+}
+
+/// The same sequence through `reference::chain_sample`, with the uniform the chain would
+/// use.
+fn run_llama_reference(which: usize, big: bool) -> Vec<TokenId> {
+    let (vocab, len, stream) = dims(big);
+    let (steps, seed) = llama_steps(which);
+    let mut tokens: Vec<TokenId> = Vec::new();
+    let mut prev = 0;
+    let mut rng = DrawRng::new(seed);
+    for step in 0..STEPS {
+        let history = History::new(&tokens, 0);
+        let u = rng.uniform(step as u64);
+        let r = row(len, stream, step, prev);
+        let (t, _) = reference::chain_sample(&r, vocab, &history, None, &steps, u).unwrap();
+        tokens.push(t);
+        prev = t;
+    }
+    tokens
+}
+
+#[test]
+fn goldens_chains_in_llama_cpp_order_f32() {
+    for which in 0..LLAMA_CHAINS.len() {
+        for big in [false, true] {
+            let got = run_llama_chain(which, big, false);
+            assert_llama_golden(which, big, "Chain f32", &got);
+        }
+    }
+}
+
+#[test]
+fn goldens_chains_in_llama_cpp_order_bf16() {
+    for which in 0..LLAMA_CHAINS.len() {
+        for big in [false, true] {
+            let got = run_llama_chain(which, big, true);
+            assert_llama_golden(which, big, "Chain bf16", &got);
+        }
+    }
+}
+
+#[test]
+fn goldens_chains_in_llama_cpp_order_are_the_reference_tokens() {
+    for which in 0..LLAMA_CHAINS.len() {
+        for big in [false, true] {
+            let got = run_llama_reference(which, big);
+            assert_llama_golden(which, big, "reference chain", &got);
+        }
+    }
+}
+
+#[test]
+fn llama_cpp_order_goldens_differ_from_temperature_first() {
+    // The same stages and seed with temperature moved to the front sample other tokens:
+    // the goldens above depend on the order.
+    for (which, name) in LLAMA_CHAINS.iter().enumerate() {
+        for big in [false, true] {
+            let (vocab, len, stream) = dims(big);
+            let (steps, seed) = llama_steps(which);
+            let mut b = Chain::builder(vocab).seed(seed);
+            let t = match steps.last() {
+                Some(&reference::Step::Temperature(t)) => t,
+                _ => unreachable!("the llama.cpp order ends with temperature"),
+            };
+            b = b.stage(Temperature::new(t).unwrap());
+            b = b.stage(TopK::new(if which == 0 { 40 } else { 20 }).unwrap());
+            b = b.stage(TopP::new(0.95).unwrap());
+            if which == 0 {
+                b = b.stage(MinP::new(0.05).unwrap());
+            }
+            let mut chain = b.draw().build().unwrap();
+            let mut prev = 0;
+            let mut seq = Vec::new();
+            for step in 0..STEPS {
+                let t = chain.sample(&row(len, stream, step, prev)).unwrap().token;
+                seq.push(t);
+                prev = t;
+            }
+            assert_ne!(seq, llama_golden(which, big), "{name}");
+        }
+    }
+}
+
+/// Prints the golden arrays of the llama.cpp-order chains (run with `--ignored
+/// --nocapture` when adding one), and refuses to print any on which the chain and the
+/// reference disagree.
+#[test]
+#[ignore]
+fn print_llama_chain_goldens() {
+    for big in [true, false] {
+        println!("{}", if big { "BIG" } else { "SMALL" });
+        for (which, name) in LLAMA_CHAINS.iter().enumerate() {
+            let chain = run_llama_chain(which, big, false);
+            let spec = run_llama_reference(which, big);
+            assert_eq!(chain, spec, "{name}: the chain and the reference differ");
+            println!("    // {name}\n    &{chain:?},");
         }
     }
 }
