@@ -10,32 +10,10 @@ use logits::half::bf16;
 use logits::{reference, History, Sampler, SamplingParams, TokenMask};
 use std::time::Duration;
 
-#[path = "../tests/mix/mod.rs"]
-mod mix;
-use mix::Mix;
+mod common;
+use common::{flat, floor, peaked, peaked_from, softmax_std, Mix};
 
 const SIZES: [usize; 3] = [32_000, 151_936, 256_000];
-
-/// A peaked row: 36 plausible tokens 8 to 15 above an N(0, 2) background.
-fn peaked(n: usize) -> Vec<f32> {
-    peaked_from(Mix(n as u64), n)
-}
-
-/// A peaked row from the generator `r`.
-fn peaked_from(mut r: Mix, n: usize) -> Vec<f32> {
-    let mut row: Vec<f32> = (0..n).map(|_| (2.0 * r.normal()) as f32).collect();
-    for _ in 0..36 {
-        let i = (r.next() % n as u64) as usize;
-        row[i] = (8.0 + 7.0 * r.unit()) as f32;
-    }
-    row
-}
-
-/// A flat row: N(0, 1), where the 0.95 nucleus holds about 74% of the tokens.
-fn flat(n: usize) -> Vec<f32> {
-    let mut r = Mix(n as u64 ^ 0xF1A7);
-    (0..n).map(|_| r.normal() as f32).collect()
-}
 
 fn params(b: logits::SamplingParamsBuilder) -> SamplingParams {
     b.seed(1).build().unwrap()
@@ -46,32 +24,6 @@ fn qwen3() -> logits::SamplingParamsBuilder {
         .temperature(0.6)
         .top_k(20)
         .top_p(0.95)
-}
-
-/// The sum of the row: one read, vectorised.
-fn floor(row: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let chunks = row.chunks_exact(16);
-    let rem: f32 = chunks.remainder().iter().sum();
-    for c in chunks {
-        for j in 0..16 {
-            acc[j] += c[j];
-        }
-    }
-    acc.iter().sum::<f32>() + rem
-}
-
-/// A plain softmax with std's `f32::exp`: max, exp and sum, normalise.
-fn softmax_std(row: &[f32], out: &mut [f32]) -> f32 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f32;
-    for (o, &l) in out.iter_mut().zip(row) {
-        *o = (l - max).exp();
-        sum += *o;
-    }
-    let inv = 1.0 / sum;
-    out.iter_mut().for_each(|o| *o *= inv);
-    out[0]
 }
 
 fn bench_sampler<T: logits::Logit>(
