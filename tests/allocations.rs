@@ -2,6 +2,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use logits::{
     half::bf16, AllowedTokens, BadWords, Chain, Dry, DynamicTemperature, EpsilonCutoff, EtaCutoff,
@@ -45,6 +46,13 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
+
+/// The counter is global, so the test functions take turns: each holds this lock.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const V: usize = 151_936;
 
@@ -92,9 +100,10 @@ fn allocations_while_sampling(params: SamplingParams, mask: Option<&TokenMask>) 
     ALLOCATIONS.load(Ordering::Relaxed) - before
 }
 
-// One test function: the counter is global, so the cases run one after another.
+// The counter is global, so the cases run one after another, and under `serial`.
 #[test]
 fn warm_sampler_does_not_allocate() {
+    let _serial = serial();
     COUNTED.with(|c| c.set(true));
     let qwen3 = SamplingParams::builder()
         .temperature(0.6)
@@ -232,4 +241,133 @@ fn warm_sampler_does_not_allocate() {
         }
         assert_eq!(ALLOCATIONS.load(Ordering::Relaxed) - before, 0, "{name}");
     }
+}
+
+/// Runs `steps` draws of a chain after two warm-up draws and returns the allocations they
+/// made, as [`allocations_while_sampling`] does for the `Sampler`.
+fn allocations_while_chaining(mut chain: Chain, mask: Option<&TokenMask>) -> usize {
+    let r = row();
+    let r16: Vec<bf16> = r.iter().map(|&x| bf16::from_f32(x)).collect();
+    chain.push_prompt(&[1, 2, 3, 4, 5]).unwrap();
+    chain.reserve(1000);
+    for _ in 0..2 {
+        match mask {
+            Some(m) => chain.sample_masked(&r, m).unwrap(),
+            None => chain.sample(&r).unwrap(),
+        };
+        chain.sample(&r16).unwrap();
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..20 {
+        let out = match mask {
+            Some(m) => chain.sample_masked(&r, m).unwrap(),
+            None => chain.sample(&r).unwrap(),
+        };
+        assert!((out.token as usize) < V);
+        chain.sample(&r16).unwrap();
+    }
+    ALLOCATIONS.load(Ordering::Relaxed) - before
+}
+
+fn chain(stages: Vec<Box<dyn Stage>>) -> Chain {
+    stages
+        .into_iter()
+        .fold(Chain::builder(V), |b, s| b.boxed_stage(s))
+        .draw()
+        .seed(3)
+        .build()
+        .unwrap()
+}
+
+fn top_k(k: usize) -> Box<dyn Stage> {
+    Box::new(TopK::new(k).unwrap())
+}
+
+fn temperature(t: f32) -> Box<dyn Stage> {
+    Box::new(Temperature::new(t).unwrap())
+}
+
+/// The full-row probability stages, each new.
+fn full_row_stages() -> Vec<Box<dyn Stage>> {
+    vec![
+        Box::new(TypicalP::new(0.95).unwrap()),
+        Box::new(EpsilonCutoff::new(3e-4).unwrap()),
+        Box::new(EtaCutoff::new(3e-4).unwrap()),
+        Box::new(Xtc::new(0.5, 0.1).unwrap()),
+        Box::new(MirostatV2::new(5.0, 0.1).unwrap()),
+        Box::new(DynamicTemperature::new(0.8, 0.5, 1.0).unwrap()),
+        Box::new(TopNSigma::new(1.0).unwrap()),
+    ]
+}
+
+/// The chains of common configurations, by name: llama.cpp's default order, Qwen3's
+/// default in the `Sampler`'s order, top-p first, and every full-row stage first and
+/// after top-k 40.
+fn configured_chains() -> Vec<(String, Chain)> {
+    let mut chains = vec![
+        (
+            "llama".to_string(),
+            chain(vec![
+                top_k(40),
+                Box::new(TopP::new(0.95).unwrap()),
+                Box::new(MinP::new(0.05).unwrap()),
+                temperature(0.8),
+            ]),
+        ),
+        (
+            "qwen3".to_string(),
+            chain(vec![
+                temperature(0.6),
+                top_k(20),
+                Box::new(TopP::new(0.95).unwrap()),
+            ]),
+        ),
+        (
+            "top_p_first".to_string(),
+            chain(vec![Box::new(TopP::new(0.95).unwrap()), temperature(0.8)]),
+        ),
+    ];
+    for stage in full_row_stages() {
+        let name = format!("{}_first", stage.name());
+        chains.push((name, chain(vec![stage, temperature(0.8)])));
+    }
+    for stage in full_row_stages() {
+        let name = format!("top_k_40_{}", stage.name());
+        chains.push((name, chain(vec![top_k(40), stage, temperature(0.8)])));
+    }
+    chains
+}
+
+/// The masks the configured chains run with: none, a third of the tokens disallowed, and
+/// a sparse mask of 4,096 allowed tokens.
+fn masks() -> Vec<(&'static str, Option<TokenMask>)> {
+    let mut thirds = TokenMask::new_full(V);
+    for id in (0..V as u32).step_by(3) {
+        thirds.disallow(id).unwrap();
+    }
+    let mut sparse = TokenMask::new_empty(V);
+    for id in (0..V as u32).step_by(V / 4096 + 1).take(4096) {
+        sparse.allow(id).unwrap();
+    }
+    vec![
+        ("unmasked", None),
+        ("thirds", Some(thirds)),
+        ("sparse", Some(sparse)),
+    ]
+}
+
+#[test]
+fn warm_configured_chains_do_not_allocate() {
+    let _serial = serial();
+    COUNTED.with(|c| c.set(true));
+    let mut failures = Vec::new();
+    for (mask_name, mask) in masks() {
+        for (name, chain) in configured_chains() {
+            let n = allocations_while_chaining(chain, mask.as_ref());
+            if n != 0 {
+                failures.push(format!("{name} {mask_name}: {n}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "allocations: {failures:?}");
 }
