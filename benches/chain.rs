@@ -12,14 +12,10 @@
 //! vectorised pass: the maximum, then the sum of `exp(l - max)`) and `softmax_std_exp`
 //! (a softmax with std's `f32::exp`, as in `benches/sampling.rs`).
 //!
-//! Every sampled call is steady-state: the sampler or chain is warm, and the history is
-//! brought back after each call (`Sampler::rollback(1)`; `Chain::reset`, as `Chain` has
-//! no rollback), so every iteration draws with the same uniform and stateful stages
-//! (mirostat's `mu`) start from the same state.
-//!
-//! `Chain::distribution` is timed only when built with `--cfg chain_distribution`:
-//! `RUSTFLAGS="--cfg chain_distribution" cargo bench --bench chain` (see
-//! [`chain_distribution`]).
+//! Every sampled call is steady-state: the sampler or chain is warm, and its state is
+//! brought back after each call (`Sampler::rollback(1)`; `Chain::reset`, which also
+//! resets stateful stages such as mirostat's `mu`), so every iteration draws with the
+//! same uniform from the same state.
 
 use std::time::Duration;
 
@@ -168,10 +164,7 @@ fn bench_chain<T: Logit>(g: &mut Group<'_>, name: &str, mut c: Chain, row: &[T])
 }
 
 /// `Chain::distribution` on a chain with no stage, the counterpart of
-/// `sampler_distribution`. Compiled in with `--cfg chain_distribution` (the method
-/// `distribution<T: Logit>(&mut self, &[T], Option<&TokenMask>, &mut Vec<(TokenId, f64)>)
-/// -> Result<(), Error>` must exist on `Chain`).
-#[cfg(chain_distribution)]
+/// `sampler_distribution`.
 fn chain_distribution(g: &mut Group<'_>, row: &[f32]) {
     let mut c = chain(vec![]);
     let mut out = Vec::with_capacity(N);
@@ -183,9 +176,6 @@ fn chain_distribution(g: &mut Group<'_>, row: &[f32]) {
         })
     });
 }
-
-#[cfg(not(chain_distribution))]
-fn chain_distribution(_: &mut Group<'_>, _: &[f32]) {}
 
 fn describe(shape: &str, row: &[f32]) {
     let (nucleus, nucleus_06, min_p) = row_sets(row, 0.6);
