@@ -504,8 +504,19 @@ fn plan(stages: Vec<Box<dyn Stage>>, end: End, seed: u64, logprobs: Option<usize
                 keep: 1,
             },
         ));
+    // After a group without a temperature, a last stage that is one (llama.cpp's order)
+    // is the draw's temperature: the survivors are drawn at it without being
+    // materialised. Greedy ignores it.
+    let mut group = grp.end;
+    let mut draw_temperature = None;
+    if let [Lowering::Temperature(t)] = &kinds[group..] {
+        if grp.end == pre || !matches!(kinds[pre], Lowering::Temperature(_)) {
+            draw_temperature = (end == End::Draw).then_some(*t);
+            group = kinds.len();
+        }
+    }
     // Greedy with nothing after the group: the argmax, which every cut keeps.
-    let greedy = end == End::Greedy && grp.end == kinds.len();
+    let greedy = end == End::Greedy && group == kinds.len();
     params.temperature = if greedy { 0.0 } else { grp.temperature };
     params.top_k = grp.top_k;
     params.top_p = grp.top_p;
@@ -516,7 +527,8 @@ fn plan(stages: Vec<Box<dyn Stage>>, end: End, seed: u64, logprobs: Option<usize
         stages,
         lead,
         pre,
-        group: grp.end,
+        group,
         end,
+        draw_temperature,
     }
 }

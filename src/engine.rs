@@ -118,6 +118,10 @@ pub(crate) struct Plan {
     pub(crate) pre: usize,
     pub(crate) group: usize,
     pub(crate) end: End,
+    /// The temperature of the draw when it is not the group's: a chain's trailing
+    /// temperature after the first cut group (llama.cpp's order), folded into the draw
+    /// instead of run on a materialised candidate set.
+    pub(crate) draw_temperature: Option<f32>,
 }
 
 /// One sequence's engine: the plan, the sequence state and every buffer a step reuses.
@@ -130,6 +134,7 @@ pub(crate) struct Engine {
     pre: usize,
     group: usize,
     end: End,
+    draw_temperature: Option<f32>,
     pub(crate) seq: Sequence,
     rng: DrawRng,
     scratch: Scratch,
@@ -166,6 +171,7 @@ impl Engine {
             pre,
             group,
             end,
+            draw_temperature,
         } = plan;
         debug_assert!(lead <= pre && pre <= group && group <= stages.len());
         if let Some(&(id, _)) = params
@@ -196,6 +202,7 @@ impl Engine {
             pre,
             group,
             end,
+            draw_temperature,
             seq: Sequence::default(),
             scratch,
             dense: Candidates::new(),
@@ -232,6 +239,12 @@ impl Engine {
     /// The stages, in order.
     pub(crate) fn stages(&self) -> &[Box<dyn Stage>] {
         &self.stages
+    }
+
+    /// The temperature the survivors of the first cut are drawn at.
+    fn draw_temperature(&self) -> f32 {
+        self.draw_temperature
+            .unwrap_or_else(|| self.params.temperature())
     }
 
     /// How the chain ends.
@@ -643,6 +656,17 @@ impl Engine {
                 fast = false;
                 continue;
             };
+            let survivors = match self.draw_temperature {
+                None => survivors,
+                Some(t) => match self.reframe(adj, survivors, t, !fast) {
+                    Some(survivors) => survivors,
+                    None if fast => {
+                        fast = false;
+                        continue;
+                    }
+                    None => return Err(Error::NoCandidates),
+                },
+            };
             if let Goal::Distribution(_) = goal {
                 break (survivors, Sample::new(0, 0.0));
             }
@@ -674,6 +698,77 @@ impl Engine {
         Ok(Some(out))
     }
 
+    /// The survivors of the cut at the group's temperature, re-weighted at the draw's
+    /// temperature `t`: the same tokens (a prefix of the draw order, which no
+    /// temperature changes), their weights `exp((l - max) / t)`.
+    ///
+    /// A prefix is re-weighted token by token. The histogram's survivors are every token
+    /// up to the last one in draw order: a new histogram at `t` counts the buckets up to
+    /// that token's, and the tokens of its bucket are sorted and cut at it. `None` when
+    /// `precise` is false and the draw of the new histogram cannot be decided.
+    fn reframe<U: Logit>(
+        &mut self,
+        adj: &[U],
+        survivors: Survivors,
+        t: f32,
+        precise: bool,
+    ) -> Option<Survivors> {
+        let s = &mut self.scratch;
+        match survivors {
+            Survivors::Greedy(id) => Some(Survivors::Greedy(id)),
+            Survivors::Prefix { n, .. } => {
+                let max = s.cand.first().map_or(f32::NEG_INFINITY, |c| c.0);
+                fill_weights(&s.cand[..n], max, t, &mut s.weight);
+                let total = s.weight.iter().sum();
+                Some(Survivors::Prefix { n, total })
+            }
+            Survivors::Hist { lo, n, frame, .. } => {
+                let last = if n > 0 {
+                    s.cand[n - 1]
+                } else {
+                    // Every token of the buckets before `lo`: the last is that of the
+                    // last non-empty one.
+                    let b = (0..lo).rev().find(|&b| s.hist_count[b] > 0)?;
+                    crate::simd::collect(adj, &s.overlay, frame, b, b, usize::MAX, &mut s.cand2);
+                    *s.cand2.last()?
+                };
+                let f = Frame::new(frame.max, t);
+                let k = histogram::key(last.0, f) as usize;
+                crate::simd::build(
+                    adj,
+                    &s.overlay,
+                    f,
+                    k,
+                    precise,
+                    &mut s.hist_count,
+                    &mut s.hist_mass,
+                );
+                crate::simd::collect(adj, &s.overlay, f, k, k, usize::MAX, &mut s.cand);
+                let end = s
+                    .cand
+                    .partition_point(|c| top_k::order(c, &last) != std::cmp::Ordering::Greater);
+                s.cand.truncate(end);
+                fill_weights(&s.cand, f.max, t, &mut s.weight);
+                let cum_before: f64 = s.hist_mass[..k].iter().sum();
+                let err = if precise {
+                    0.0
+                } else {
+                    (0..k)
+                        .map(|b| histogram::error_bound(b, s.hist_count[b], s.hist_mass[b], f))
+                        .sum()
+                };
+                let total = cum_before + s.weight.iter().sum::<f64>();
+                Some(Survivors::Hist {
+                    lo: k,
+                    n: s.cand.len(),
+                    total,
+                    frame: f,
+                    err,
+                })
+            }
+        }
+    }
+
     /// Writes the survivors with their probabilities, in draw order.
     fn distribution_of<U: Logit>(
         &mut self,
@@ -682,6 +777,7 @@ impl Engine {
         out: &mut Vec<(TokenId, f64)>,
     ) {
         out.clear();
+        let t = self.draw_temperature();
         let s = &mut self.scratch;
         match survivors {
             Survivors::Greedy(id) => out.push((id, 1.0)),
@@ -699,7 +795,6 @@ impl Engine {
                 ..
             } => {
                 if lo > 0 {
-                    let t = self.params.temperature();
                     crate::simd::collect(
                         adj,
                         &s.overlay,
@@ -947,10 +1042,12 @@ impl Engine {
             LAST
         };
         let need_total = top_p < 1.0 || min_p <= 0.0;
-        if !need_total && ov.marked().is_some() {
+        if !need_total {
             // Min-p alone needs no total: when few tokens come near the threshold (a
             // peaked row), take them all in one pass, sort them and cut exactly. (The
-            // same as above, for a row with patches.)
+            // same as above, for a row with marks or one that pass gave up on: a mask
+            // read as marks and a masked copy then take the same exact cut, not one
+            // the buckets' masses and the other the sorted sum.)
             let hi = (key_thr + 1).min(LAST);
             if crate::simd::collect(adj, ov, f, 0, hi, MIN_P_DIRECT, &mut s.cand) {
                 let m = above_min_p(&s.cand, max, t, min_p);
@@ -1082,7 +1179,7 @@ impl Engine {
                 frame,
                 err,
             } => {
-                let t = self.params.temperature();
+                let t = self.draw_temperature();
                 // The target moves by at most `err` with the total, the sums by `err`.
                 let margin = if precise { None } else { Some(2.0 * err) };
                 let walk = Walk {
@@ -1124,7 +1221,7 @@ impl Engine {
                 let l = s.overlay.value(adj, id);
                 let k = histogram::key(l, frame) as usize;
                 if k < lo {
-                    let w = scaled(l, frame.max, self.params.temperature()).exp();
+                    let w = scaled(l, frame.max, self.draw_temperature()).exp();
                     (w / total).ln() as f32
                 } else {
                     s.cand[..n]

@@ -62,6 +62,7 @@ impl Sampler {
             pre: 0,
             group: 0,
             end,
+            draw_temperature: None,
         };
         Ok(Sampler {
             engine: Engine::new(plan, vocab_size)?,

@@ -73,3 +73,116 @@ fn greedy_chain_takes_the_first_maximum() {
     let all_banned = c.sample(&[f32::NEG_INFINITY; 5]);
     assert_eq!(all_banned.unwrap_err(), Error::NoCandidates);
 }
+
+/// xorshift64*: rows without a dependency.
+fn rows(seed: u64, n: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut x = seed;
+    let mut unit = move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let flat: Vec<f32> = (0..n).map(|_| (2.0 * unit() - 1.0) as f32).collect();
+    let mut peaked = flat.clone();
+    for i in (0..n).step_by(997) {
+        peaked[i] += (6.0 + 6.0 * unit()) as f32;
+    }
+    (flat, peaked)
+}
+
+/// Every way the engine can run a chain on a large row, against the reference chain:
+/// each cut first, with and without a trailing temperature (drawn at it without
+/// materialising the survivors, on the histogram for the flat row's large nucleus),
+/// with a stage after the cut (run on the compact set), and with a whole-row stage ahead
+/// of the cut (run on a copy). The survivors, their probabilities and the draws at a
+/// range of uniforms must agree.
+#[test]
+fn every_plan_agrees_with_the_reference_on_large_rows() {
+    use logits::reference::{self, Step};
+    use logits::{History, LogitsProcessor, TypicalP};
+
+    /// Changes nothing; only makes the chain copy the row.
+    #[derive(Debug)]
+    struct Untouched;
+    impl LogitsProcessor for Untouched {
+        fn process(&mut self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    let n = 40_000;
+    let (flat, peaked) = rows(7, n);
+    let history = History::new(&[], 0);
+    type Cut = fn() -> (Box<dyn logits::Stage>, Step);
+    let cuts: [Cut; 3] = [
+        || {
+            let s = TopK::new(50).unwrap();
+            (Box::new(s), Step::TopK { k: 50, min_keep: 1 })
+        },
+        || {
+            let s = TopP::new(0.9).unwrap();
+            (
+                Box::new(s),
+                Step::TopP {
+                    p: 0.9,
+                    min_keep: 1,
+                },
+            )
+        },
+        || {
+            let s = MinP::new(0.3).unwrap();
+            (
+                Box::new(s),
+                Step::MinP {
+                    p: 0.3,
+                    min_keep: 1,
+                },
+            )
+        },
+    ];
+    for (shape, row) in [("flat", &flat), ("peaked", &peaked)] {
+        for cut in cuts {
+            for form in 0..4 {
+                let (stage, step) = cut();
+                let mut b = Chain::builder(n).seed(3);
+                let mut steps = Vec::new();
+                if form == 3 {
+                    b = b.processor(Untouched);
+                }
+                b = b.boxed_stage(stage);
+                steps.push(step);
+                if form == 2 {
+                    b = b.stage(TypicalP::new(0.9).unwrap());
+                    steps.push(Step::Typical {
+                        p: 0.9,
+                        min_keep: 1,
+                    });
+                }
+                if form >= 1 {
+                    b = b.stage(Temperature::new(0.7).unwrap());
+                    steps.push(Step::Temperature(0.7));
+                }
+                let mut chain = b.draw().build().unwrap();
+                let what = format!("{shape}, {steps:?}, form {form}");
+                let want = reference::chain_survivors(row, n, &history, None, &steps).unwrap();
+                let mut got = Vec::new();
+                chain.distribution(row.as_slice(), None, &mut got).unwrap();
+                assert_eq!(got.len(), want.len(), "{what}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(g.0, w.0, "{what}");
+                    assert!((g.1 - w.1).abs() <= 1e-9 * w.1, "{what}: {g:?} {w:?}");
+                }
+                for i in 0..64 {
+                    let u = (f64::from(i) + 0.37) / 64.0;
+                    let (token, lp) =
+                        reference::chain_sample(row, n, &history, None, &steps, u).unwrap();
+                    let out = chain.sample_with_uniform(row.as_slice(), None, u).unwrap();
+                    assert_eq!(out.token, token, "{what}, u {u}");
+                    assert!((f64::from(out.logprob) - lp).abs() < 1e-5, "{what}, u {u}");
+                    chain.rollback(1);
+                }
+            }
+        }
+    }
+}
