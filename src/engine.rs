@@ -66,6 +66,8 @@ enum Goal<'a> {
     Draw(Option<f64>),
     /// Write the final distribution.
     Distribution(&'a mut Vec<(TokenId, f64)>),
+    /// Write every token's final probability (its logprob when `log`) at its id.
+    Probabilities { out: &'a mut [f32], log: bool },
 }
 
 /// Where the survivors of the tail cuts are, once they are known.
@@ -304,6 +306,52 @@ impl Engine {
         out: &mut Vec<(TokenId, f64)>,
     ) -> Result<(), Error> {
         self.run(row, mask, Goal::Distribution(out)).map(|_| ())
+    }
+
+    /// Writes every token's final probability into `out[id]` (with `log`, its natural
+    /// logarithm, `-inf` for the removed tokens).
+    pub(crate) fn probabilities<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        out: &mut [f32],
+        log: bool,
+    ) -> Result<(), Error> {
+        if out.len() != self.vocab_size {
+            return Err(Error::LengthMismatch {
+                expected: self.vocab_size,
+                actual: out.len(),
+            });
+        }
+        self.run(row, mask, Goal::Probabilities { out, log })
+            .map(|_| ())
+    }
+
+    /// Writes the log-softmax of the raw row (no adjustment, no mask, no cut) into
+    /// `out[id]`: `(l - max) - ln(sum(exp(l - max)))`, the sum in `f64`.
+    pub(crate) fn raw_logprobs<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        out: &mut [f32],
+    ) -> Result<(), Error> {
+        if out.len() != self.vocab_size {
+            return Err(Error::LengthMismatch {
+                expected: self.vocab_size,
+                actual: out.len(),
+            });
+        }
+        let row = adjust::check_input(self.vocab_size, row, mask)?;
+        let max = adjust::max_checked(row)?;
+        if max == f32::NEG_INFINITY {
+            return Err(Error::NoCandidates);
+        }
+        let ln_z = crate::simd::row_mass_precise(row, None, max, 1.0, f32::INFINITY).ln();
+        let m = f64::from(max);
+        for (o, x) in out.iter_mut().zip(row) {
+            *o = ((f64::from(x.to_f32()) - m) - ln_z) as f32;
+        }
+        Ok(())
     }
 
     fn sample_impl<T: Logit>(
@@ -564,6 +612,18 @@ impl Engine {
                 }
                 return Ok(None);
             }
+            Goal::Probabilities { out, log } => {
+                let none = if log { f32::NEG_INFINITY } else { 0.0 };
+                out.fill(none);
+                if greedy {
+                    out[c.ids()[0] as usize] = if log { 0.0 } else { 1.0 };
+                } else {
+                    for (&id, &w) in c.ids().iter().zip(&self.weights) {
+                        out[id as usize] = probability(w, total, log);
+                    }
+                }
+                return Ok(None);
+            }
             Goal::Draw(u) => u.unwrap_or_else(|| self.rng.uniform(ctx.step)),
         };
         let mut out = if greedy {
@@ -646,7 +706,7 @@ impl Engine {
         // First with the fast weights; again with the precise ones only if a decision
         // fell within the fast weights' error bound.
         let u = match goal {
-            Goal::Distribution(_) => 0.0,
+            Goal::Distribution(_) | Goal::Probabilities { .. } => 0.0,
             Goal::Draw(u) => u.unwrap_or_else(|| self.rng.uniform(self.seq.step())),
         };
         // (The distribution is reported with the precise weights, so that it sums to 1.)
@@ -667,7 +727,7 @@ impl Engine {
                     None => return Err(Error::NoCandidates),
                 },
             };
-            if let Goal::Distribution(_) = goal {
+            if let Goal::Distribution(_) | Goal::Probabilities { .. } = goal {
                 break (survivors, Sample::new(0, 0.0));
             }
             match self.draw(adj, survivors, u, !fast) {
@@ -675,12 +735,19 @@ impl Engine {
                 None => fast = false,
             }
         };
-        if let Goal::Distribution(out) = goal {
-            self.distribution_of(adj, survivors, out);
-            if let Some(ids) = ids {
-                out.iter_mut().for_each(|e| e.0 = ids[e.0 as usize]);
+        match goal {
+            Goal::Distribution(out) => {
+                self.distribution_of(adj, survivors, out);
+                if let Some(ids) = ids {
+                    out.iter_mut().for_each(|e| e.0 = ids[e.0 as usize]);
+                }
+                return Ok(None);
             }
-            return Ok(None);
+            Goal::Probabilities { out, log } => {
+                self.probabilities_of(adj, survivors, ids, out, log);
+                return Ok(None);
+            }
+            Goal::Draw(_) => {}
         }
         if let Some(ids) = ids {
             out.token = ids[out.token as usize];
@@ -819,6 +886,80 @@ impl Engine {
                         .map(|(&(_, id), &w)| (id, w / total)),
                 );
             }
+        }
+    }
+
+    /// Writes every token's probability (its logprob when `log`) into `out[id]`, in
+    /// vocabulary ids (through `ids` for a compact row): 0 (`-inf`) for every token the
+    /// cuts removed.
+    ///
+    /// The histogram's survivors are not sorted: one pass over the row writes each
+    /// token of the buckets before `lo` (see [`histogram::fill`]) and the sorted ones
+    /// from bucket `lo` on then take their exact weights. With [`FAST_PROBABILITIES`]
+    /// that pass computes the weights in `f32`.
+    fn probabilities_of<U: Logit>(
+        &mut self,
+        adj: &[U],
+        survivors: Survivors,
+        ids: Option<&[TokenId]>,
+        out: &mut [f32],
+        log: bool,
+    ) {
+        let t = self.draw_temperature();
+        let none = if log { f32::NEG_INFINITY } else { 0.0 };
+        let s = &self.scratch;
+        let id_of = |i: TokenId| ids.map_or(i, |ids| ids[i as usize]) as usize;
+        let (n, total) = match survivors {
+            Survivors::Greedy(id) => {
+                out.fill(none);
+                out[id_of(id)] = if log { 0.0 } else { 1.0 };
+                return;
+            }
+            Survivors::Prefix { n, total } => {
+                out.fill(none);
+                (n, total)
+            }
+            Survivors::Hist {
+                lo,
+                n,
+                total,
+                frame,
+                ..
+            } => {
+                match ids {
+                    None => {
+                        let fill = if log {
+                            histogram::Fill::Log {
+                                ln_total: total.ln(),
+                            }
+                        } else if FAST_PROBABILITIES {
+                            histogram::Fill::ProbFast {
+                                inv_total: (1.0 / total) as f32,
+                            }
+                        } else {
+                            histogram::Fill::Prob {
+                                inv_total: 1.0 / total,
+                            }
+                        };
+                        crate::simd::fill(adj, &s.overlay, frame, lo, fill, none, out);
+                    }
+                    Some(ids) => {
+                        // A compact row (at most `SPARSE_MAX` tokens, no overlay).
+                        out.fill(none);
+                        for (x, &id) in adj.iter().zip(ids) {
+                            let l = x.to_f32();
+                            if (histogram::key(l, frame) as usize) < lo {
+                                let w = scaled(l, frame.max, t).exp();
+                                out[id as usize] = probability(w, total, log);
+                            }
+                        }
+                    }
+                }
+                (n, total)
+            }
+        };
+        for (&(_, id), &w) in s.cand[..n].iter().zip(&s.weight) {
+            out[id_of(id)] = probability(w, total, log);
         }
     }
 
@@ -1383,6 +1524,20 @@ fn check_compact(vals: &[f32], ids: &[TokenId]) -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::NoCandidates)
+    }
+}
+
+/// Whether [`Engine::probabilities`] computes the weights of the histogram's unsorted
+/// survivors in `f32` ([`exp_neg_f32`](crate::exp::exp_neg_f32)) rather than `f64`.
+const FAST_PROBABILITIES: bool = false;
+
+/// `w / total` as an `f32` probability, or its logarithm when `log`.
+#[inline]
+fn probability(w: f64, total: f64, log: bool) -> f32 {
+    if log {
+        (w / total).ln() as f32
+    } else {
+        (w / total) as f32
     }
 }
 

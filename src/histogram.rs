@@ -295,6 +295,114 @@ fn scatter<T: Logit, const MARKS: bool>(
     }
 }
 
+/// What [`fill`] writes for a token of a bucket below its `lo`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Fill {
+    /// The probability `w * inv_total`, with the `f64` weight [`exp_neg`] of the `f64`
+    /// scaled logit (relative error below `4e-15` before the rounding to `f32`).
+    Prob { inv_total: f64 },
+    /// The probability `w * inv_total` in `f32`, with the weight of the fast [`build`]:
+    /// [`exp_neg_f32`] of the `f32` scaled logit, the subtraction's rounding added back
+    /// to first order (see [`error_bound`] for the bound).
+    ProbFast { inv_total: f32 },
+    /// The logprob `(l - max) / T - ln_total`, in `f64` (no `exp`).
+    Log { ln_total: f64 },
+}
+
+/// Writes into `out[i]` the value `fill` gives token `i` of the adjusted row (`row`
+/// under `overlay`, whose maximum is `f.max`) when its key is below `lo`, and `none`
+/// for every other token (a key `>= lo`, `-inf`, or banned). One pass over the row and
+/// the patches, nothing sorted: the tokens of the buckets `>= lo` that survive are the
+/// caller's to write. `out.len()` is `row.len()`.
+///
+/// Always inlined, so that [`simd::fill`](crate::simd::fill) can compile it for AVX2.
+#[inline(always)]
+pub(crate) fn fill<T: Logit>(
+    row: &[T],
+    overlay: &Overlay,
+    f: Frame,
+    lo: usize,
+    fill: Fill,
+    none: f32,
+    out: &mut [f32],
+) {
+    match fill {
+        Fill::Prob { inv_total } => fill_with(row, overlay, f, lo, none, out, |f, l| {
+            (exp_neg(f.s64(l).min(0.0)) * inv_total) as f32
+        }),
+        Fill::ProbFast { inv_total } => fill_with(row, overlay, f, lo, none, out, |f, l| {
+            // As in `build`'s fast weights.
+            let d = l - f.max;
+            let back = d - l;
+            let e = (l - (d - back)) + (-f.max - back);
+            let s = d * f.inv_t32;
+            let w = exp_neg_f32(if s < 0.0 { s } else { 0.0 });
+            let c = if s > -87.0 { e * f.inv_t32 } else { 0.0 };
+            (w + w * c) * inv_total
+        }),
+        Fill::Log { ln_total } => fill_with(row, overlay, f, lo, none, out, |f, l| {
+            (f.s64(l) - ln_total) as f32
+        }),
+    }
+}
+
+#[inline(always)]
+fn fill_with<T: Logit>(
+    row: &[T],
+    overlay: &Overlay,
+    f: Frame,
+    lo: usize,
+    none: f32,
+    out: &mut [f32],
+    value: impl Fn(Frame, f32) -> f32,
+) {
+    debug_assert_eq!(row.len(), out.len());
+    match overlay.marked() {
+        None => fill_lanes::<T, false>(row, &[], f, lo, none, out, &value),
+        Some(marks) => fill_lanes::<T, true>(row, marks, f, lo, none, out, &value),
+    }
+    // The marked tokens were written `none`: the patched ones take their values.
+    for &(id, l) in &overlay.patch {
+        out[id as usize] = if (key(l, f) as usize) < lo {
+            value(f, l)
+        } else {
+            none
+        };
+    }
+}
+
+/// The pass of [`fill_with`]: every lane computes its value and keeps it or `none`, so
+/// that the loop compiles to SIMD.
+#[inline(always)]
+fn fill_lanes<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    f: Frame,
+    lo: usize,
+    none: f32,
+    out: &mut [f32],
+    value: &impl Fn(Frame, f32) -> f32,
+) {
+    let lo = lo as u32;
+    let chunks = row.chunks_exact(LANES);
+    let rem_start = row.len() - chunks.remainder().len();
+    let (body, tail) = out.split_at_mut(rem_start);
+    for (ci, (c, o)) in chunks.zip(body.chunks_exact_mut(LANES)).enumerate() {
+        let v = load(c);
+        let m = lane_marks_if::<MARKS>(marks, ci * LANES);
+        for j in 0..LANES {
+            let x = value(f, v[j]);
+            let keep = key(v[j], f) < lo && !(MARKS && m & BITS[j] != 0);
+            o[j] = if keep { x } else { none };
+        }
+    }
+    for (j, (x, o)) in row[rem_start..].iter().zip(tail).enumerate() {
+        let l = x.to_f32();
+        let keep = key(l, f) < lo && !(MARKS && is_marked(marks, rem_start + j));
+        *o = if keep { value(f, l) } else { none };
+    }
+}
+
 /// True when every entry of `block` lies in a bucket beyond `lim`, so a pass over buckets
 /// up to `lim` can skip it after one comparison per entry. (An entry above the maximum
 /// is a marked token's raw value: never skipped.)

@@ -181,6 +181,7 @@ pub use eta_cutoff::EtaCutoff;
 pub use generation_config::GenerationConfig;
 pub use half;
 pub use history::History;
+pub use logprobs::LogprobKind;
 pub use mask::TokenMask;
 pub use min_new_tokens::MinNewTokens;
 pub use min_p::MinP;

@@ -3,6 +3,19 @@
 use crate::element::Logit;
 use crate::TokenId;
 
+/// Which logprobs [`Sampler::logprobs_into`](crate::Sampler::logprobs_into) and
+/// [`Chain::logprobs_into`](crate::Chain::logprobs_into) write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LogprobKind {
+    /// The log-softmax of the raw row over the vocabulary, before any adjustment, mask
+    /// or cut: `l - max - ln(sum(exp(l - max)))`, the sum in `f64`.
+    Raw,
+    /// The natural logarithm of the final probability, the one the draw uses: `-inf` for
+    /// every token the adjustments, the mask or the cuts removed (greedy: 0 at the
+    /// argmax).
+    Processed,
+}
+
 /// `ln(sum(exp(x - max)))` of the raw row in `f64`, given its maximum: the log-sum-exp
 /// shifted by `max`, so that `x - lse = (x - max) - ln_z` stays exact for huge logits
 /// (`max + ln_z` would round back to `max` near `f32::MAX`).

@@ -4,6 +4,7 @@ use crate::element::Logit;
 use crate::engine::{End, Engine, Plan};
 use crate::error::Error;
 use crate::history::History;
+use crate::logprobs::LogprobKind;
 use crate::mask::TokenMask;
 use crate::params::SamplingParams;
 use crate::processor::{LogitsProcessor, ProcessorStage};
@@ -231,6 +232,84 @@ impl Sampler {
         out: &mut Vec<(TokenId, f64)>,
     ) -> Result<(), Error> {
         self.engine.distribution(logits, mask, out)
+    }
+
+    /// The final distribution the next draw would use, indexed by token, without
+    /// drawing: `out[id]` is token `id`'s probability, 0 for every token the
+    /// adjustments, the mask or the cuts removed. Greedy gives 1 at the argmax. The
+    /// history is unchanged.
+    ///
+    /// The same probabilities as [`distribution`](Self::distribution), rounded to
+    /// `f32`, but written in place and never sorted: when no cut bounds the survivors
+    /// (no top-k, top-p or min-p, or a flat row's top-p), one pass over the row writes
+    /// each token's probability from its `f64` weight `exp((l - max) / T)` (relative
+    /// error below `4e-15`, then the rounding to `f32`), and only the few tokens at the
+    /// cut's boundary are sorted. `out.len()` must be the vocabulary size; nothing
+    /// allocates once warm.
+    ///
+    /// # Example
+    /// ```
+    /// use logits::{LogprobKind, Sampler, SamplingParams};
+    ///
+    /// // The top-p 0.8 worked example: tokens 0, 1 and 2 survive.
+    /// let probs = [0.574f32, 0.128, 0.100, 0.047, 0.032, 0.029, 0.090];
+    /// let row: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+    /// let mut s = Sampler::new(SamplingParams::builder().top_p(0.8).build()?, 7)?;
+    /// let mut p = vec![0.0f32; 7];
+    /// s.probabilities(&row, None, &mut p)?;
+    /// assert!((p[0] - 0.716).abs() < 1e-3);
+    /// assert_eq!(&p[3..], &[0.0; 4]);
+    /// assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    ///
+    /// let mut lp = vec![0.0f32; 7];
+    /// s.logprobs_into(&row, None, LogprobKind::Processed, &mut lp)?;
+    /// assert!((lp[0] - p[0].ln()).abs() < 1e-6);
+    /// assert_eq!(lp[3], f32::NEG_INFINITY);
+    /// s.logprobs_into(&row, None, LogprobKind::Raw, &mut lp)?;
+    /// assert!((lp[3] - 0.047f32.ln()).abs() < 1e-3);
+    /// assert!(s.history().generated().is_empty());
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`sample_masked`](Self::sample_masked), and [`Error::LengthMismatch`] when
+    /// `out.len()` is not the vocabulary size. On error `out` holds no meaningful
+    /// values.
+    pub fn probabilities<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+        out: &mut [f32],
+    ) -> Result<(), Error> {
+        self.engine.probabilities(logits, mask, out, false)
+    }
+
+    /// Every token's logprob, indexed by token, without drawing: with
+    /// [`LogprobKind::Raw`] the log-softmax of `logits` as given (no adjustment, mask or
+    /// cut; `mask` is only checked), with [`LogprobKind::Processed`] the natural
+    /// logarithm of the final probability of [`probabilities`](Self::probabilities),
+    /// `-inf` for every removed token (greedy: 0 at the argmax). The history is
+    /// unchanged.
+    ///
+    /// Processed logprobs are computed as logarithms, not as the logarithm of an `f32`
+    /// probability: a survivor far below the maximum keeps a finite logprob where its
+    /// probability would round to 0.
+    ///
+    /// # Errors
+    /// As [`probabilities`](Self::probabilities); for [`LogprobKind::Raw`], only the
+    /// input checks (the row's length, NaN and `+inf`, the mask's and `out`'s lengths)
+    /// and [`Error::NoCandidates`] for a row of `-inf` alone.
+    pub fn logprobs_into<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+        kind: LogprobKind,
+        out: &mut [f32],
+    ) -> Result<(), Error> {
+        match kind {
+            LogprobKind::Raw => self.engine.raw_logprobs(logits, mask, out),
+            LogprobKind::Processed => self.engine.probabilities(logits, mask, out, true),
+        }
     }
 
     /// The mask stage alone, for benchmarks: builds the sampler's view of `logits` under

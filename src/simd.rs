@@ -140,6 +140,13 @@ dispatch!(
 );
 
 dispatch!(
+    /// [`histogram::fill`], on the widest vectors the CPU has.
+    fill, fill_avx2, fill_avx512, histogram::fill,
+    fn<T>(row: &[T], overlay: &Overlay, f: Frame, lo: usize, fill: histogram::Fill, none: f32,
+          out: &mut [f32]) -> ()
+);
+
+dispatch!(
     /// [`top_k::scan_portable`], the running-threshold scan of greedy and top-k, on the
     /// widest vectors the CPU has.
     scan, scan_avx2, scan_avx512, top_k::scan_portable,
