@@ -263,6 +263,34 @@ fn chains(c: &mut Criterion) {
         );
         chain_distribution(&mut g, &row);
 
+        // The same, token-indexed and unsorted.
+        let mut s = Sampler::new(params(SamplingParams::builder()), N).unwrap();
+        let mut probs = vec![0.0f32; N];
+        s.probabilities(&row, None, &mut probs).unwrap();
+        g.bench_with_input(
+            BenchmarkId::new("sampler_probabilities", N),
+            &row,
+            |b, row| {
+                b.iter(|| {
+                    s.probabilities(black_box(row), None, &mut probs).unwrap();
+                    probs[0]
+                })
+            },
+        );
+        // (A chain with no stage, as `chain_distribution`.)
+        let mut c = chain(vec![]);
+        c.probabilities(&row, None, &mut probs).unwrap();
+        g.bench_with_input(
+            BenchmarkId::new("chain_probabilities", N),
+            &row,
+            |b, row| {
+                b.iter(|| {
+                    c.probabilities(black_box(row), None, &mut probs).unwrap();
+                    probs[0]
+                })
+            },
+        );
+
         // bf16 rows.
         bench_sampler(&mut g, "sampler_qwen3_bf16", params(qwen3()), &row16);
         bench_chain(&mut g, "chain_qwen3_bf16", qwen3_chain(), &row16);

@@ -6,8 +6,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use logits::{
     half::bf16, AllowedTokens, BadWords, Chain, Dry, DynamicTemperature, EpsilonCutoff, EtaCutoff,
-    LogitBias, MinNewTokens, MinP, Mirostat, MirostatV2, NoRepeatNGram, Penalties, Sampler,
-    SamplingParams, Stage, Temperature, TokenMask, TopK, TopNSigma, TopP, TypicalP, Xtc,
+    LogitBias, LogprobKind, MinNewTokens, MinP, Mirostat, MirostatV2, NoRepeatNGram, Penalties,
+    Sampler, SamplingParams, SamplingParamsBuilder, Stage, Temperature, TokenMask, TopK, TopNSigma,
+    TopP, TypicalP, Xtc,
 };
 
 struct Counting;
@@ -366,6 +367,62 @@ fn warm_configured_chains_do_not_allocate() {
             let n = allocations_while_chaining(chain, mask.as_ref());
             if n != 0 {
                 failures.push(format!("{name} {mask_name}: {n}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "allocations: {failures:?}");
+}
+
+/// Token-indexed probabilities and logprobs, warm: no allocation per call, for a
+/// Sampler without a cut (the histogram's unsorted pass), with top-p and greedy, and for
+/// chains with a stage after the cut, masked and not.
+#[test]
+fn warm_probabilities_do_not_allocate() {
+    let _serial = serial();
+    COUNTED.with(|c| c.set(true));
+    let r = row();
+    let r16: Vec<bf16> = r.iter().map(|&x| bf16::from_f32(x)).collect();
+    let mut out = vec![0.0f32; V];
+    let mut failures = Vec::new();
+    let sampler = |p: SamplingParamsBuilder| Sampler::new(p.build().unwrap(), V).unwrap();
+    for (mask_name, mask) in masks() {
+        let mask = mask.as_ref();
+        let mut samplers = [
+            ("no cut", sampler(SamplingParams::builder())),
+            ("top-p", sampler(SamplingParams::builder().top_p(0.95))),
+            (
+                "greedy",
+                sampler(SamplingParams::builder().temperature(0.0)),
+            ),
+        ];
+        let mut chains = [
+            ("llama", chain(vec![top_k(40), temperature(0.8)])),
+            (
+                "typical",
+                chain(vec![
+                    top_k(200),
+                    Box::new(TypicalP::new(0.9).unwrap()),
+                    temperature(0.7),
+                ]),
+            ),
+        ];
+        for round in 0..3 {
+            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            for (_, s) in &mut samplers {
+                s.probabilities(&r, mask, &mut out).unwrap();
+                s.probabilities(&r16, mask, &mut out).unwrap();
+                for kind in [LogprobKind::Raw, LogprobKind::Processed] {
+                    s.logprobs_into(&r, mask, kind, &mut out).unwrap();
+                }
+            }
+            for (_, c) in &mut chains {
+                c.probabilities(&r, mask, &mut out).unwrap();
+                c.logprobs_into(&r16, mask, LogprobKind::Processed, &mut out)
+                    .unwrap();
+            }
+            let n = ALLOCATIONS.load(Ordering::Relaxed) - before;
+            if round > 0 && n != 0 {
+                failures.push(format!("{mask_name} round {round}: {n}"));
             }
         }
     }
