@@ -519,6 +519,10 @@ fn group_at(kinds: &[lower::Lowering], g: usize) -> Option<Group> {
         min_p: 0.0,
         keep: 1,
     };
+    if g == kinds.len() {
+        // The empty group at the end, which always exists.
+        return Some(grp);
+    }
     if let Some(&Lowering::Temperature(t)) = kinds.get(grp.end) {
         grp.temperature = t;
         grp.end += 1;
@@ -571,20 +575,14 @@ fn plan(stages: Vec<Box<dyn Stage>>, end: End, seed: u64, logprobs: Option<usize
         params.penalize_prompt = p.penalize_prompt;
         lead += 1;
     }
-    // An empty group at the end always exists.
-    let (pre, grp) = (lead..=kinds.len())
-        .find_map(|g| group_at(&kinds, g).map(|grp| (g, grp)))
-        .unwrap_or((
-            kinds.len(),
-            Group {
-                end: kinds.len(),
-                temperature: 1.0,
-                top_k: None,
-                top_p: 1.0,
-                min_p: 0.0,
-                keep: 1,
-            },
-        ));
+    // (`group_at` finds the empty group at the end if nothing comes before it.)
+    let mut pre = lead;
+    let grp = loop {
+        if let Some(grp) = group_at(&kinds, pre) {
+            break grp;
+        }
+        pre += 1;
+    };
     // After a group without a temperature, a last stage that is one (llama.cpp's order)
     // is the draw's temperature: the survivors are drawn at it without being
     // materialised. Greedy ignores it.

@@ -52,8 +52,12 @@
 //! The candidates' order, everywhere, is probability descending with ties broken by the
 //! lower token id. Each tail cut keeps at least `min_tokens_to_keep` tokens.
 //!
-//! A different order (llama.cpp applies temperature after the cuts) is available as an
-//! explicit [`Chain`].
+//! A different order (llama.cpp applies temperature after the cuts) is an explicit
+//! [`Chain`]. Both run on one engine, and a [`Sampler`] is the chain of the documented
+//! order: a chain is planned when it is built, so that its first cut runs on the same
+//! kernels over the row in place, and every later stage on the compact set that cut
+//! leaves (see [`Chain`]). [`LogitsProcessor`] is the full-row form of a [`Stage`]; a
+//! chain takes either at any position.
 //!
 //! # Semantics of edge cases
 //!
@@ -94,7 +98,7 @@
 //! - [`Chain`]: any order of [`Stage`]s ending in one draw, with every sampler the major
 //!   engines ship ([`TypicalP`], [`Xtc`], [`Dry`], [`Mirostat`], [`TopNSigma`], ...).
 //! - [`BatchSampler`]: many sequences at once, each with its own state (feature `rayon`
-//!   for all cores).
+//!   for all cores); rows are [`Sampler`]s or [`Chain`]s ([`SequenceSampler`]).
 //! - [`grammar`]: the grammar mask (regex, JSON schema, Lark with feature `llguidance`).
 //! - [`stop`]: stop tokens, stop strings across token boundaries, length limits.
 //! - `testing` (feature `testing`): proptest strategies and checks against the reference.

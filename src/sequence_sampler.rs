@@ -56,52 +56,35 @@ pub trait SequenceSampler: sealed::Sealed + Send + std::fmt::Debug {
     fn vocab_size(&self) -> usize;
 }
 
-impl SequenceSampler for Sampler {
-    fn sample_next<T: Logit>(
-        &mut self,
-        logits: &[T],
-        mask: Option<&TokenMask>,
-    ) -> Result<Sample, Error> {
-        match mask {
-            Some(mask) => self.sample_masked(logits, mask),
-            None => self.sample(logits),
+/// Both implementations forward to the type's own methods of the same names.
+macro_rules! forward {
+    ($ty:ident) => {
+        impl SequenceSampler for $ty {
+            fn sample_next<T: Logit>(
+                &mut self,
+                logits: &[T],
+                mask: Option<&TokenMask>,
+            ) -> Result<Sample, Error> {
+                match mask {
+                    Some(mask) => self.sample_masked(logits, mask),
+                    None => self.sample(logits),
+                }
+            }
+
+            fn rollback(&mut self, n: usize) {
+                $ty::rollback(self, n);
+            }
+
+            fn history(&self) -> History<'_> {
+                $ty::history(self)
+            }
+
+            fn vocab_size(&self) -> usize {
+                $ty::vocab_size(self)
+            }
         }
-    }
-
-    fn rollback(&mut self, n: usize) {
-        Sampler::rollback(self, n);
-    }
-
-    fn history(&self) -> History<'_> {
-        Sampler::history(self)
-    }
-
-    fn vocab_size(&self) -> usize {
-        Sampler::vocab_size(self)
-    }
+    };
 }
 
-impl SequenceSampler for Chain {
-    fn sample_next<T: Logit>(
-        &mut self,
-        logits: &[T],
-        mask: Option<&TokenMask>,
-    ) -> Result<Sample, Error> {
-        match mask {
-            Some(mask) => self.sample_masked(logits, mask),
-            None => self.sample(logits),
-        }
-    }
-
-    fn rollback(&mut self, n: usize) {
-        Chain::rollback(self, n);
-    }
-
-    fn history(&self) -> History<'_> {
-        Chain::history(self)
-    }
-
-    fn vocab_size(&self) -> usize {
-        Chain::vocab_size(self)
-    }
-}
+forward!(Sampler);
+forward!(Chain);
