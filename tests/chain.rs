@@ -186,3 +186,112 @@ fn every_plan_agrees_with_the_reference_on_large_rows() {
         }
     }
 }
+
+/// A user stage or processor that panics leaves the chain (or sampler) usable: the panic
+/// propagates, the history does not move, and the next call gives what a fresh one gives.
+#[test]
+fn a_panicking_stage_leaves_the_engine_usable() {
+    use logits::{Candidates, History, LogitBias, LogitsProcessor, Stage, StageContext};
+    use logits::{Penalties, TokenMask};
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    /// Panics on its first call only.
+    #[derive(Debug, Default)]
+    struct Once(bool);
+    impl Stage for Once {
+        fn name(&self) -> &'static str {
+            "once"
+        }
+        fn apply(&mut self, _: &mut Candidates, _: &StageContext<'_>) -> Result<(), Error> {
+            if !std::mem::replace(&mut self.0, true) {
+                panic!("a user stage failed");
+            }
+            Ok(())
+        }
+    }
+    #[derive(Debug, Default)]
+    struct OnceRow(bool);
+    impl LogitsProcessor for OnceRow {
+        fn process(&mut self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {
+            if !std::mem::replace(&mut self.0, true) {
+                panic!("a user processor failed");
+            }
+            Ok(())
+        }
+    }
+
+    let n = 20_000;
+    let (flat, peaked) = rows(11, n);
+    let mut mask = TokenMask::new_full(n);
+    for id in (0..n as u32).step_by(3) {
+        mask.disallow(id).unwrap();
+    }
+    let chain = |position: usize, panicking: bool| {
+        let mut b = Chain::builder(n)
+            .seed(5)
+            .stage(LogitBias::new([(2, 1.5), (7, -0.5)]).unwrap())
+            .stage(Penalties::new(1.3, 0.1, 0.0).unwrap());
+        let user = |b: logits::ChainBuilder| {
+            if panicking {
+                b.stage(Once::default())
+            } else {
+                b.stage(Once(true))
+            }
+        };
+        if position == 0 {
+            b = user(b);
+        }
+        b = b.stage(TopP::new(0.9).unwrap());
+        if position == 1 {
+            b = user(b);
+        }
+        b.stage(Temperature::new(0.8).unwrap())
+            .logprobs(3)
+            .draw()
+            .build()
+            .unwrap()
+    };
+    for position in [0, 1] {
+        for masked in [false, true] {
+            for row in [&flat, &peaked] {
+                let (mut hurt, mut fresh) = (chain(position, true), chain(position, false));
+                for c in [&mut hurt, &mut fresh] {
+                    c.push_prompt(&[2, 7, 7]).unwrap();
+                }
+                let m = masked.then_some(&mask);
+                let r = catch_unwind(AssertUnwindSafe(|| {
+                    hurt.sample_with_uniform(row.as_slice(), m, 0.5)
+                }));
+                assert!(r.is_err(), "the panic propagates");
+                assert_eq!(hurt.history().tokens(), &[2, 7, 7]);
+                for u in [0.5, 0.01, 0.99] {
+                    let a = hurt.sample_with_uniform(row.as_slice(), m, u).unwrap();
+                    let b = fresh.sample_with_uniform(row.as_slice(), m, u).unwrap();
+                    assert_eq!(a, b, "position {position}, masked {masked}, u {u}");
+                }
+            }
+        }
+    }
+    // The same for a Sampler's processor.
+    let params = SamplingParams::builder()
+        .top_k(40)
+        .temperature(0.7)
+        .repetition_penalty(1.2)
+        .logit_bias(3, 2.0)
+        .seed(9)
+        .build()
+        .unwrap();
+    let mut hurt = Sampler::new(params.clone(), n).unwrap();
+    hurt.add_processor(Box::new(OnceRow::default()));
+    let mut fresh = Sampler::new(params, n).unwrap();
+    fresh.add_processor(Box::new(OnceRow(true)));
+    let r = catch_unwind(AssertUnwindSafe(|| hurt.sample(peaked.as_slice())));
+    assert!(r.is_err());
+    assert!(hurt.history().tokens().is_empty());
+    for _ in 0..3 {
+        assert_eq!(
+            hurt.sample(peaked.as_slice()).unwrap(),
+            fresh.sample(peaked.as_slice()).unwrap()
+        );
+    }
+}
