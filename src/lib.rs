@@ -119,55 +119,33 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
-mod adjust;
-mod allowed_tokens;
-mod bad_words;
-mod batch;
-mod bias;
-mod candidates;
-mod chain;
-mod draw;
-mod dry;
-mod dynamic_temperature;
 mod element;
 mod engine;
-mod epsilon_cutoff;
 mod error;
-mod eta_cutoff;
-mod exp;
 #[cfg(feature = "serde")]
 mod generation_config;
 pub mod grammar;
-mod greedy;
-mod histogram;
-mod history;
-mod logprobs;
+mod kernels;
 mod mask;
-mod mass;
-mod min_new_tokens;
-mod min_p;
-mod mirostat;
-mod no_repeat_ngram;
 mod params;
-mod penalty;
-mod processor;
 pub mod reference;
-mod rng;
-mod sample;
-mod sampler;
-mod scratch;
-mod sequence_sampler;
-mod simd;
-mod temperature;
+mod sequence;
+mod stages;
 #[cfg(test)]
 mod test_rows;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod top_k;
-mod top_n_sigma;
-mod top_p;
-mod typical_p;
-mod xtc;
+
+// The modules' short paths inside the crate (`crate::chain`, `crate::simd`, ...): the
+// folders above say which floor a module belongs to.
+use engine::{candidates, chain, sampler, scratch, sequence_sampler};
+use kernels::{adjust, exp, greedy, histogram, mass, select, simd};
+use sequence::{batch, draw, history, logprobs, rng, sample};
+use stages::{
+    allowed_tokens, bad_words, bias, dry, dynamic_temperature, epsilon_cutoff, eta_cutoff,
+    min_new_tokens, min_p, mirostat, no_repeat_ngram, penalty, processor, temperature, top_k,
+    top_n_sigma, top_p, typical_p, xtc,
+};
 
 pub use allowed_tokens::AllowedTokens;
 pub use bad_words::BadWords;

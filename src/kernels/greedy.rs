@@ -7,7 +7,7 @@ use crate::TokenId;
 /// maximal finite entry.
 ///
 /// One read: the top-1 case of the running-threshold scan of
-/// [`select_row`](crate::top_k::select_row), which only looks entry by entry at a block
+/// [`select_row`](crate::select::select_row), which only looks entry by entry at a block
 /// holding a new maximum (about `ln n` times on a typical row).
 ///
 /// # Errors
@@ -18,6 +18,6 @@ pub(crate) fn argmax_row<T: crate::element::Logit>(
     skip: &crate::adjust::Overlay,
     out: &mut Vec<(f32, TokenId)>,
 ) -> Result<TokenId, Error> {
-    crate::top_k::select_row(row, 1, skip, out)?;
+    crate::select::select_row(row, 1, skip, out)?;
     out.first().map(|&(_, id)| id).ok_or(Error::NoCandidates)
 }

@@ -32,7 +32,7 @@ pub(crate) struct Scratch {
     /// The entries that selection samples (one per block) for its starting threshold.
     pub(crate) seeds: Vec<f32>,
     /// The keys that selection found beyond the best `k` (see
-    /// [`select_buffered`](crate::top_k::select_buffered)).
+    /// [`select_buffered`](crate::select::select_buffered)).
     pub(crate) rest: Vec<u64>,
 }
 

@@ -4,7 +4,7 @@
 use crate::candidates::Candidates;
 use crate::chain::{Stage, StageContext};
 use crate::error::Error;
-use crate::top_k;
+use crate::select;
 use crate::TokenId;
 
 fn check_tau_eta(tau: f32, eta: f32) -> Result<(), Error> {
@@ -34,7 +34,7 @@ fn update(mu: &mut f64, tau: f32, eta: f32, logprob: f32) {
 /// Keeps exactly the candidate `kth` and those before it in draw order (logit
 /// descending, ties by lower id).
 fn keep_through(c: &mut Candidates, kth: (f32, TokenId)) {
-    c.retain(|id, l| top_k::order(&(l, id), &kth).is_le());
+    c.retain(|id, l| select::order(&(l, id), &kth).is_le());
 }
 
 /// Mirostat v1 (llama.cpp `mirostat = 1`): estimates the Zipf exponent of the
@@ -130,7 +130,7 @@ impl Stage for Mirostat {
     }
 
     fn apply(&mut self, c: &mut Candidates, _: &StageContext<'_>) -> Result<(), Error> {
-        top_k::select(c.logits(), self.m, &mut self.pairs);
+        select::select(c.logits(), self.m, &mut self.pairs);
         if self.pairs.len() < 2 {
             return Ok(());
         }
@@ -158,7 +158,7 @@ impl Stage for Mirostat {
         let kth = if k <= self.pairs.len() {
             self.pairs[k - 1]
         } else {
-            top_k::select(c.logits(), k, &mut self.pairs);
+            select::select(c.logits(), k, &mut self.pairs);
             self.pairs[k - 1]
         };
         // `select` returns positions; positions and ids agree in order among ties.

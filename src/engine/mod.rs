@@ -10,6 +10,12 @@
 //! the rest, which runs on the compact candidate set the first cut leaves. A `Sampler` is
 //! the plan its [`SamplingParams`] describe.
 
+pub(crate) mod candidates;
+pub(crate) mod chain;
+pub(crate) mod sampler;
+pub(crate) mod scratch;
+pub(crate) mod sequence_sampler;
+
 use crate::candidates::Candidates;
 use crate::chain::{Stage, StageContext};
 use crate::element::Logit;
@@ -22,7 +28,7 @@ use crate::rng::DrawRng;
 use crate::sample::Sample;
 use crate::scratch::Scratch;
 use crate::TokenId;
-use crate::{adjust, bias, draw, greedy, histogram, logprobs, penalty, top_k, top_p};
+use crate::{adjust, bias, draw, greedy, histogram, logprobs, penalty, select, top_p};
 
 /// Min-p alone sorts the tokens near its threshold directly when there are at most this
 /// many; beyond, it goes through the histogram.
@@ -433,7 +439,7 @@ impl Engine {
         let p = &self.params;
         p.is_greedy()
             || p.top_k()
-                .is_some_and(|k| k.max(p.min_tokens_to_keep()) <= top_k::SMALL_K)
+                .is_some_and(|k| k.max(p.min_tokens_to_keep()) <= select::SMALL_K)
     }
 
     /// `goal` on the caller's row under the overlay: the patches of the bias and the
@@ -813,7 +819,7 @@ impl Engine {
                 crate::simd::collect(adj, &s.overlay, f, k, k, usize::MAX, &mut s.cand);
                 let end = s
                     .cand
-                    .partition_point(|c| top_k::order(c, &last) != std::cmp::Ordering::Greater);
+                    .partition_point(|c| select::order(c, &last) != std::cmp::Ordering::Greater);
                 s.cand.truncate(end);
                 fill_weights(&s.cand, f.max, t, &mut s.weight);
                 let cum_before: f64 = s.hist_mass[..k].iter().sum();
@@ -975,7 +981,7 @@ impl Engine {
             let id = if s.overlay.patch.is_empty() {
                 greedy::argmax_row(adj, &s.overlay, &mut s.cand)?
             } else {
-                top_k::select_patched(adj, 1, &s.overlay, &mut s.cand)?;
+                select::select_patched(adj, 1, &s.overlay, &mut s.cand)?;
                 s.cand.first().ok_or(Error::NoCandidates)?.1
             };
             return Ok(Some(Survivors::Greedy(id)));
@@ -986,13 +992,13 @@ impl Engine {
         let sort_all = !histogram::f32_weights_hold(t);
         if let Some(k) = p.top_k().or(sort_all.then_some(adj.len())) {
             let k = k.max(keep);
-            if k <= top_k::SMALL_K {
-                top_k::select_patched(adj, k, &s.overlay, &mut s.cand)?;
+            if k <= select::SMALL_K {
+                select::select_patched(adj, k, &s.overlay, &mut s.cand)?;
             } else {
                 adjust::max_checked(adj)?;
                 s.overlay.check()?;
                 materialise(adj, &s.overlay, &mut s.spare);
-                top_k::select(&s.spare, k, &mut s.cand);
+                select::select(&s.spare, k, &mut s.cand);
             }
             let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
             fill_weights(&s.cand, max, t, &mut s.weight);
@@ -1015,7 +1021,7 @@ impl Engine {
         if top_p >= 1.0 && min_p > 0.0 && s.overlay.marked().is_none() {
             // In logit units, with a margin of a sixteenth of a nat for rounding.
             let width = (f64::from(t) * (f64::from(min_p).ln() - 1.0 / 16.0)) as f32;
-            if let Some(max) = top_k::near_max(adj, width, MIN_P_NEAR, &mut s.cand)? {
+            if let Some(max) = select::near_max(adj, width, MIN_P_NEAR, &mut s.cand)? {
                 if max == f32::NEG_INFINITY {
                     return Err(Error::NoCandidates);
                 }
@@ -1025,7 +1031,7 @@ impl Engine {
                 let margin_ok = (f64::from(floor) - f64::from(max)) / f64::from(t)
                     < f64::from(min_p).ln() - 1.0 / 32.0;
                 s.cand.retain(|&(l, _)| l > floor);
-                s.cand.sort_unstable_by(top_k::order);
+                s.cand.sort_unstable_by(select::order);
                 let m = above_min_p(&s.cand, max, t, min_p);
                 let n = m.max(keep);
                 // (Every token above `floor` is here, in order, so these are also the
@@ -1051,12 +1057,12 @@ impl Engine {
             loop {
                 if s.rest.is_empty() {
                     let (keys, seeds, rest) = (&mut s.keys, &mut s.seeds, &mut s.rest);
-                    top_k::select_buffered(adj, cap, &s.overlay, keys, seeds, &mut s.cand, rest)?;
+                    select::select_buffered(adj, cap, &s.overlay, keys, seeds, &mut s.cand, rest)?;
                 } else {
                     // The entries the last selection found beyond its best `cap`, which
                     // are the next best (left only when the candidates fell short): taken
                     // before selecting again.
-                    top_k::append_rest(&mut s.rest, &mut s.cand);
+                    select::append_rest(&mut s.rest, &mut s.cand);
                 }
                 let max = s.cand.first().ok_or(Error::NoCandidates)?.0;
                 known_max = Some(max);
@@ -1251,7 +1257,7 @@ impl Engine {
             _ if need_total => LAST,
             _ => {
                 // min-p alone with fewer than `keep` tokens near the top: the top `keep`.
-                top_k::select_patched(adj, keep, ov, &mut s.cand)?;
+                select::select_patched(adj, keep, ov, &mut s.cand)?;
                 fill_weights(&s.cand, max, t, &mut s.weight);
                 let n = s.cand.len();
                 let total = s.weight.iter().sum();
@@ -1607,7 +1613,7 @@ fn beyond_reach(
     reach < 0.5 * f64::from(top_p) * (c + rest)
 }
 
-/// How many of the leading candidates `cand` (in [`top_k::order`]) min-p keeps: those
+/// How many of the leading candidates `cand` (in [`select::order`]) min-p keeps: those
 /// with `(l - max) / T >= ln(min_p)`, in `f64`.
 fn above_min_p(cand: &[(f32, TokenId)], max: f32, t: f32, min_p: f32) -> usize {
     let ln_min_p = f64::from(min_p).ln();
@@ -1722,7 +1728,7 @@ mod tests {
         ] {
             let (mut keys, mut seeds, mut cand) = (Vec::new(), Vec::new(), Vec::new());
             let rest = &mut Vec::new();
-            top_k::select_buffered(row, NUCLEUS, &ov, &mut keys, &mut seeds, &mut cand, rest)
+            select::select_buffered(row, NUCLEUS, &ov, &mut keys, &mut seeds, &mut cand, rest)
                 .unwrap();
             assert!(seeds.len() >= n / adjust::BLOCK - 1);
             let (max, floor) = (cand[0].0, cand[cand.len() - 1].0);

@@ -179,7 +179,7 @@ impl Candidates {
         let mut pairs = std::mem::take(&mut self.pairs);
         pairs.clear();
         pairs.extend(self.logits.iter().copied().zip(self.ids.iter().copied()));
-        pairs.sort_unstable_by(crate::top_k::order);
+        pairs.sort_unstable_by(crate::select::order);
         self.logits.clear();
         self.ids.clear();
         for &(l, id) in &pairs {

@@ -1,0 +1,20 @@
+//! The kernels: passes over a row of logits, shared by every plan of the engine.
+//!
+//! - [`adjust`]: loading a row (`f16`/`bf16` converted in registers), its checks, and the
+//!   overlay of patches and marks that stands for bias, penalties and a mask;
+//! - [`select`]: the `k` best entries in one pass (top-k, greedy, top-p's candidates);
+//! - [`histogram`]: the buckets of the distance below the maximum (flat top-p, min-p, the
+//!   plain draw);
+//! - [`mass`] and [`exp`]: the vectorised row mass and the exps with their error bounds;
+//! - [`greedy`]: the argmax;
+//! - [`simd`]: run-time dispatch of the passes to AVX2/AVX-512, the crate's only `unsafe`.
+//!
+//! A new sampler uses these through the engine; it does not need to call them directly.
+
+pub(crate) mod adjust;
+pub(crate) mod exp;
+pub(crate) mod greedy;
+pub(crate) mod histogram;
+pub(crate) mod mass;
+pub(crate) mod select;
+pub(crate) mod simd;
