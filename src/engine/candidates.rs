@@ -5,7 +5,9 @@ use crate::TokenId;
 /// The tokens still in play, with their adjusted logits and the temperature applied so
 /// far.
 ///
-/// A chain starts with every vocabulary token in id order. Adjustment stages change
+/// A stage sees either every vocabulary token in id order ([`is_dense`](Self::is_dense):
+/// a stage before the chain's first cut) or the compact set that cut left, in draw order
+/// ([`is_sorted`](Self::is_sorted)), at the cut's temperature. Adjustment stages change
 /// [`logits_mut`](Self::logits_mut); [`Candidates::scale_temperature`] records a
 /// temperature; cut stages call [`sort`](Self::sort) and [`truncate`](Self::truncate)
 /// or [`retain`](Self::retain). Probabilities are always derived, never stored: the
