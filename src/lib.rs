@@ -139,7 +139,7 @@ pub mod testing;
 // The modules' short paths inside the crate (`crate::chain`, `crate::simd`, ...): the
 // folders above say which floor a module belongs to.
 use engine::{candidates, chain, sampler, scratch, sequence_sampler};
-use kernels::{adjust, exp, greedy, histogram, mass, select, simd};
+use kernels::{adjust, exp, greedy, histogram, mass, select, simd, stats};
 use sequence::{batch, draw, history, logprobs, rng, sample};
 use stages::{
     allowed_tokens, bad_words, bias, dry, dynamic_temperature, epsilon_cutoff, eta_cutoff,

@@ -87,6 +87,32 @@ pub(crate) mod lower {
         TopP { p: f32, keep: usize },
         /// Min-p with its `min_keep`.
         MinP { p: f32, keep: usize },
+        /// A cut to the tokens at or above a logit floor that a statistic of the whole
+        /// row decides.
+        Floor(Floor),
+    }
+
+    /// The stages that keep every token at or above a floor computed from the whole
+    /// row: as the first stage of a chain, the engine finds the floor with one
+    /// vectorised pass and collects the tokens above it, without materialising the row.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub enum Floor {
+        /// [`EpsilonCutoff`](crate::EpsilonCutoff).
+        Epsilon { epsilon: f32, keep: usize },
+        /// [`EtaCutoff`](crate::EtaCutoff).
+        Eta { epsilon: f32, keep: usize },
+        /// [`TopNSigma`](crate::TopNSigma).
+        TopNSigma { n: f32 },
+    }
+
+    impl Floor {
+        /// The stage's `min_keep`.
+        pub fn keep(self) -> usize {
+            match self {
+                Floor::Epsilon { keep, .. } | Floor::Eta { keep, .. } => keep,
+                Floor::TopNSigma { .. } => 1,
+            }
+        }
     }
 }
 
@@ -135,7 +161,7 @@ pub(crate) mod lower {
 /// ```
 #[derive(Debug)]
 pub struct Chain {
-    engine: Engine,
+    pub(crate) engine: Engine,
 }
 
 /// Builds a [`Chain`]; see [`Chain::builder`].

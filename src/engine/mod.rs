@@ -17,6 +17,7 @@ pub(crate) mod scratch;
 pub(crate) mod sequence_sampler;
 
 use crate::candidates::Candidates;
+use crate::chain::lower::{Floor, Lowering};
 use crate::chain::{Stage, StageContext};
 use crate::element::Logit;
 use crate::error::Error;
@@ -143,6 +144,9 @@ pub(crate) struct Engine {
     group: usize,
     end: End,
     draw_temperature: Option<f32>,
+    /// The first stage after the bias and penalties, when it keeps the tokens above a
+    /// floor that a whole-row statistic decides (see [`Engine::run_floor`]).
+    floor: Option<Floor>,
     pub(crate) seq: Sequence,
     rng: DrawRng,
     scratch: Scratch,
@@ -201,7 +205,12 @@ impl Engine {
             .overlay
             .patch
             .reserve((params.logit_bias().len() + window).min(vocab_size));
+        let floor = match stages.get(lead).map(|s| s.lowering()) {
+            Some(Lowering::Floor(f)) if lead < pre => Some(f),
+            _ => None,
+        };
         let mut engine = Engine {
+            floor,
             rng: DrawRng::new(params.seed()),
             params,
             vocab_size,
@@ -329,8 +338,49 @@ impl Engine {
                 actual: out.len(),
             });
         }
+        if self.cuts_nothing() {
+            return self.softmax_into(row, mask, out, log);
+        }
         self.run(row, mask, Goal::Probabilities { out, log })
             .map(|_| ())
+    }
+
+    /// True when the plan draws from the whole adjusted row: no stage beyond the bias
+    /// and penalties, no cut, a temperature the `f32` weights hold at.
+    fn cuts_nothing(&self) -> bool {
+        let p = &self.params;
+        self.floor.is_none()
+            && self.pre == self.lead
+            && self.group == self.stages.len()
+            && self.end == End::Draw
+            && !p.is_greedy()
+            && p.top_k().is_none()
+            && p.top_p() >= 1.0
+            && p.min_p() <= 0.0
+            && histogram::f32_weights_hold(self.draw_temperature())
+    }
+
+    /// Every token's probability (its logprob when `log`) when nothing is cut: a softmax
+    /// of the adjusted row, read in place under the overlay of patches and marks. One
+    /// vectorised pass writes each weight into `out` and sums them (see
+    /// [`mass::weights_into`](crate::mass::weights_into) for the bound: each weight
+    /// within `F32_REL_ERROR + 2^-23` of the exact value), a second scales them by the
+    /// inverse total; the logprobs are `(l - max) / T - ln Z` in `f64`, rounded once. The
+    /// probabilities are within `1e-6` (relative) of the exact ones, or `2e-38`
+    /// (absolute) for those below `e^-87`.
+    fn softmax_into<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        out: &mut [f32],
+        log: bool,
+    ) -> Result<(), Error> {
+        let row = adjust::check_input(self.vocab_size, row, mask)?;
+        self.build_patches(row, mask);
+        let t = self.draw_temperature();
+        let r = softmax_in(row, &self.scratch.overlay, t, out, log);
+        self.scratch.overlay.clear();
+        r
     }
 
     /// Writes the log-softmax of the raw row (no adjustment, no mask, no cut) into
@@ -387,6 +437,9 @@ impl Engine {
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
         let row = adjust::check_input(self.vocab_size, row, mask)?;
+        if let Some(rule) = self.floor {
+            return self.run_floor(row, mask, rule, goal);
+        }
         if self.pre > self.lead {
             return self.run_dense(row, mask, goal);
         }
@@ -419,6 +472,120 @@ impl Engine {
         });
         self.dense = dense;
         r
+    }
+
+    /// `goal` for a chain whose first stage after the bias and penalties keeps the tokens
+    /// at or above a floor that a statistic of the whole row decides (epsilon, eta,
+    /// top-n-sigma): one vectorised pass over the caller's row, in place under the
+    /// overlay of patches and marks, bounds the floor within a narrow band; a collection
+    /// pass takes the tokens above it, in draw order; every later stage runs on that
+    /// compact set.
+    ///
+    /// Exact: a token outside the band is decided as the stage's own `f64` arithmetic
+    /// decides it. When a token lies inside the band, or the stage's `min_keep` reaches
+    /// past the tokens collected, or the row is degenerate (no finite token), the stage
+    /// runs through its own `apply` on the dense copy instead, which also reports any
+    /// error exactly as that path does.
+    fn run_floor<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        rule: Floor,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        self.build_patches(row, mask);
+        let decided = self.floor_cut(row, rule);
+        self.scratch.overlay.clear();
+        if !matches!(decided, Ok(true)) {
+            return self.run_dense(row, mask, goal);
+        }
+        let mut c = std::mem::take(&mut self.cands);
+        let r = self.finish_set(row, &mut c, self.lead + 1, goal);
+        self.cands = c;
+        r
+    }
+
+    /// The survivors of the floor stage `rule` on `row` under `scratch.overlay`, into
+    /// `cands` in draw order at temperature 1; false when the fast statistic cannot
+    /// decide (see [`run_floor`](Self::run_floor)).
+    fn floor_cut<T: Logit>(&mut self, row: &[T], rule: Floor) -> Result<bool, Error> {
+        let s = &mut self.scratch;
+        let ov = &s.overlay;
+        let max = adjusted_max(row, ov)?;
+        if max == f32::NEG_INFINITY {
+            return Ok(false);
+        }
+        let (n, marks) = (row.len(), ov.marked());
+        let band = match rule {
+            Floor::Epsilon { epsilon, .. } => {
+                let (z, err) = crate::simd::row_mass(row, marks, max, 1.0, f32::INFINITY);
+                let zp: f64 = ov.patch.iter().map(|p| scaled(p.1, max, 1.0).exp()).sum();
+                // (The patches' `f64` weights within a few ulps.)
+                let err = err + 8.0 * crate::stats::U64 * zp;
+                crate::epsilon_cutoff::floor_band(f64::from(epsilon), z + zp, err, n, max)
+            }
+            Floor::Eta { epsilon, .. } => {
+                let mut e = crate::simd::row_entropy(row, marks, max);
+                for &(_, l) in &ov.patch {
+                    e.add_exact(l, max);
+                }
+                crate::eta_cutoff::floor_band(f64::from(epsilon), &e, n, max)
+            }
+            Floor::TopNSigma { n: k } => {
+                let mut m = crate::simd::row_moments(row, marks, max);
+                for &(_, l) in &ov.patch {
+                    m.add(l, max);
+                }
+                crate::top_n_sigma::floor_band(k, &m, n, max)
+            }
+        };
+        let Some((lo, hi)) = band else {
+            return Ok(false);
+        };
+        // Every token with `l >= lo`: the buckets up to that of `lo` rounded down to
+        // `f32` (bucket order is logit order, so this is a prefix of the draw order).
+        let frame = Frame::new(max, 1.0);
+        let mut lo32 = lo as f32;
+        if f64::from(lo32) > lo {
+            lo32 = lo32.next_down();
+        }
+        let last = if lo32 >= max {
+            0
+        } else if lo32 > f32::NEG_INFINITY {
+            (histogram::key(lo32, frame) as usize).min(LAST)
+        } else {
+            LAST
+        };
+        crate::simd::collect(row, ov, frame, 0, last, usize::MAX, &mut s.cand);
+        // (Top-n-sigma's floor is never above the maximum.)
+        let at_max = matches!(rule, Floor::TopNSigma { .. });
+        let n_lo = s.cand.partition_point(|c| f64::from(c.0) >= lo);
+        let n_hi = s
+            .cand
+            .partition_point(|c| f64::from(c.0) >= hi || (at_max && c.0 == max));
+        if n_hi < n_lo {
+            // A token within the band.
+            return Ok(false);
+        }
+        let keep = rule.keep();
+        let mut kept = n_hi;
+        if kept < keep {
+            // Every token at or above the `keep`-th largest.
+            if s.cand.len() < keep {
+                if keep > 1 {
+                    return Ok(false);
+                }
+                crate::simd::collect(row, ov, frame, 0, 0, usize::MAX, &mut s.cand);
+            }
+            let Some(&(kth, _)) = s.cand.get(keep - 1) else {
+                return Ok(false);
+            };
+            kept = s.cand.partition_point(|c| c.0 >= kth);
+        }
+        s.cand.truncate(kept);
+        self.cands
+            .reset_sorted(s.cand.iter().map(|&(l, id)| (id, l)), 1.0);
+        Ok(true)
     }
 
     /// The most allowed tokens a mask may have to be read as a compact row: [`SPARSE_MAX`],
@@ -1153,30 +1320,7 @@ impl Engine {
             // The best of top-p's candidates, whose selection checked the row and the
             // patches: the adjusted row's maximum.
             Some(max) => max,
-            None => {
-                // The row's maximum may belong to a banned token, or to one a patch
-                // lowered: then the maximum is that of the unmarked tokens (a mask's
-                // bans: in the same pass as the row's check).
-                let mut max = if ov.has_bulk_bans() {
-                    ov.unmarked_max_checked(adj)?
-                } else {
-                    let raw_max = adjust::max_checked(adj)?;
-                    let lowered_top = ov
-                        .patch
-                        .iter()
-                        .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
-                    if lowered_top {
-                        ov.unmarked_max_checked(adj)?
-                    } else {
-                        raw_max
-                    }
-                };
-                ov.check()?;
-                for &(_, l) in &ov.patch {
-                    max = max.max(l);
-                }
-                max
-            }
+            None => adjusted_max(adj, ov)?,
         };
         if max == f32::NEG_INFINITY {
             return Err(Error::NoCandidates);
@@ -1383,6 +1527,61 @@ impl Engine {
 
 /// The check of the dense path on a candidate set: the NaN or `+inf` of the lowest
 /// token id, then nothing else (an empty set is the caller's to report).
+/// The maximum of the adjusted row (`adj` under `ov`), checking the row and the patches
+/// for NaN and `+inf`. The row's maximum may belong to a banned token, or to one a patch
+/// lowered: then the maximum is that of the unmarked tokens (a mask's bans: in the same
+/// pass as the row's check).
+fn adjusted_max<U: Logit>(adj: &[U], ov: &adjust::Overlay) -> Result<f32, Error> {
+    let mut max = if ov.has_bulk_bans() {
+        ov.unmarked_max_checked(adj)?
+    } else {
+        let raw_max = adjust::max_checked(adj)?;
+        let lowered_top = ov
+            .patch
+            .iter()
+            .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
+        if lowered_top {
+            ov.unmarked_max_checked(adj)?
+        } else {
+            raw_max
+        }
+    };
+    ov.check()?;
+    for &(_, l) in &ov.patch {
+        max = max.max(l);
+    }
+    Ok(max)
+}
+
+/// [`Engine::softmax_into`] on `row` under `ov`, at temperature `t`.
+fn softmax_in<T: Logit>(
+    row: &[T],
+    ov: &adjust::Overlay,
+    t: f32,
+    out: &mut [f32],
+    log: bool,
+) -> Result<(), Error> {
+    let max = adjusted_max(row, ov)?;
+    if max == f32::NEG_INFINITY {
+        return Err(Error::NoCandidates);
+    }
+    let weight = |l: f32| scaled(l, max, t).exp();
+    let zr = crate::simd::weights_into(row, ov.marked(), max, t, out);
+    let z = zr + ov.patch.iter().map(|p| weight(p.1)).sum::<f64>();
+    if log {
+        let f = Frame::new(max, t);
+        let fill = histogram::Fill::Log { ln_total: z.ln() };
+        crate::simd::fill(row, ov, f, BUCKETS, fill, f32::NEG_INFINITY, out);
+    } else {
+        let k = (1.0 / z) as f32;
+        out.iter_mut().for_each(|x| *x *= k);
+        for &(id, l) in &ov.patch {
+            out[id as usize] = probability(weight(l), z, false);
+        }
+    }
+    Ok(())
+}
+
 fn check_set(c: &Candidates) -> Result<(), Error> {
     if c.is_dense() {
         return adjust::recheck(c.logits()).map(|_| ());
@@ -1701,6 +1900,39 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Epsilon, eta and top-n-sigma first decide ordinary rows from the fast statistic
+    /// alone, without the dense copy (the tests in `tests/floor_first.rs` check that
+    /// every decision agrees with the stage's own `apply`).
+    #[test]
+    fn floor_stages_decide_ordinary_rows_from_the_fast_statistic() {
+        use crate::{EpsilonCutoff, EtaCutoff, Temperature, TopNSigma};
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for (n, scale) in [(151_936usize, 2.0f32), (151_936, 0.5), (4_099, 3.0)] {
+            let row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
+            let stages: [Box<dyn Stage>; 4] = [
+                Box::new(EpsilonCutoff::new(3e-4).unwrap()),
+                Box::new(EpsilonCutoff::new(1e-6).unwrap().min_keep(3)),
+                Box::new(EtaCutoff::new(3e-4).unwrap()),
+                Box::new(TopNSigma::new(1.0).unwrap()),
+            ];
+            for stage in stages {
+                let mut chain = crate::Chain::builder(n)
+                    .boxed_stage(stage)
+                    .stage(Temperature::new(0.8).unwrap())
+                    .draw()
+                    .build()
+                    .unwrap();
+                let e = &mut chain.engine;
+                let rule = e.floor.expect("a floor stage first");
+                assert!(
+                    e.floor_cut(&row[..], rule).unwrap(),
+                    "{rule:?}, scale {scale}"
+                );
+                assert!(!e.cands.is_empty());
+            }
+        }
+    }
 
     /// The estimate from the seeds sends a flat row's top-p to the histogram, and keeps
     /// a peaked row, whose nucleus lies among the candidates, on the candidate path.

@@ -194,6 +194,95 @@ fn precise_with<T: Logit, const MARKS: bool>(
     z.iter().sum()
 }
 
+/// Writes into `out[i]` the weight `exp((l_i - max) / T)` of every unmarked finite entry
+/// of `row`, and 0 for the marked and `-inf` ones; returns the sum of the weights written
+/// (`f32` sums of four per lane, then `f64`). `out.len()` is `row.len()`; `max` is at
+/// least every unmarked entry.
+///
+/// The argument is computed in `f64` (within `2^-52` of the exact one), rounded to `f32`
+/// for [`exp_neg_f32`](crate::exp::exp_neg_f32), and the rounding `c` is added back to
+/// first order (`w + w c`, `|c| <= 2^-24 |x|`, so the neglected `c^2 / 2` is below
+/// `2^-48 |x|^2`): each weight within `F32_REL_ERROR + 2^-23` (relative) of the exact
+/// value for arguments above `-87`, and within [`F32_ABS_ERROR`] below. The sum adds
+/// `3 * 2^-24` of itself for the `f32` sums and `1e-11` for the `f64` ones.
+///
+/// Always inlined, so that [`simd::weights_into`](crate::simd::weights_into) can compile
+/// it for wider vectors.
+#[inline(always)]
+pub(crate) fn weights_into<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+    out: &mut [f32],
+) -> f64 {
+    match marks {
+        None => weights_with::<T, false>(row, &[], max, t, out),
+        Some(marks) => weights_with::<T, true>(row, marks, max, t, out),
+    }
+}
+
+/// The bound on the relative error of each weight [`weights_into`] writes, for
+/// arguments above `-87`.
+#[cfg(test)]
+const WEIGHT_REL_ERROR: f64 = F32_REL_ERROR + 2.0 * U32;
+
+#[inline(always)]
+fn weights_with<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    max: f32,
+    t: f32,
+    out: &mut [f32],
+) -> f64 {
+    debug_assert_eq!(row.len(), out.len());
+    let (max, inv_t) = (f64::from(max), 1.0 / f64::from(t));
+    let weight = |v: f32, skip: bool| {
+        let s = (f64::from(v) - max) * inv_t;
+        let s = if s < 0.0 { s } else { 0.0 };
+        let s = if s > -87.0 { s } else { -87.0 };
+        let s32 = s as f32;
+        let c = (s - f64::from(s32)) as f32;
+        let w = exp_neg_f32_with::<false>(s32);
+        let w = w + w * c;
+        if (MARKS && skip) || v == f32::NEG_INFINITY {
+            0.0
+        } else {
+            w
+        }
+    };
+    let mut z = [0.0f64; LANES];
+    let blocks = row.chunks_exact(BLOCK);
+    let rem = blocks.remainder().len();
+    let (body, tail) = out.split_at_mut(row.len() - rem);
+    for (b, (block, ob)) in blocks.zip(body.chunks_exact_mut(BLOCK)).enumerate() {
+        let mut zb = [0.0f32; LANES];
+        for (c, (chunk, o)) in block
+            .chunks_exact(LANES)
+            .zip(ob.chunks_exact_mut(LANES))
+            .enumerate()
+        {
+            let v = load(chunk);
+            let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
+            for j in 0..LANES {
+                let w = weight(v[j], m & BITS[j] != 0);
+                o[j] = w;
+                zb[j] += w;
+            }
+        }
+        for j in 0..LANES {
+            z[j] += f64::from(zb[j]);
+        }
+    }
+    let base = row.len() - rem;
+    for (j, o) in tail.iter_mut().enumerate() {
+        let w = weight(row[base + j].to_f32(), MARKS && is_marked(marks, base + j));
+        *o = w;
+        z[j % LANES] += f64::from(w);
+    }
+    z.iter().sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +293,48 @@ mod tests {
             .filter(|&(i, &l)| l <= ceiling && !marks.is_some_and(|m| is_marked(m, i)))
             .map(|(_, &l)| ((f64::from(l) - f64::from(max)) / f64::from(t)).exp())
             .sum()
+    }
+
+    #[test]
+    fn written_weights_are_within_their_bound() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for (n, scale, t) in [
+            (151_936usize, 2.0f32, 1.0f32),
+            (4_099, 8.0, 0.7),
+            (33, 30.0, 1.9),
+        ] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
+            row[n / 2] = f32::NEG_INFINITY;
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| (w as u32) * 0x0101_0101)
+                .collect();
+            for marks in [None, Some(&marks[..])] {
+                let max = (0..n)
+                    .filter(|&i| !marks.is_some_and(|m| is_marked(m, i)))
+                    .map(|i| row[i])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let mut out = vec![f32::NAN; n];
+                let z = weights_into(&row, marks, max, t, &mut out);
+                let mut sum = 0.0;
+                for (i, (&l, &w)) in row.iter().zip(&out).enumerate() {
+                    let skip = marks.is_some_and(|m| is_marked(m, i)) || l == f32::NEG_INFINITY;
+                    let exact = if skip {
+                        0.0
+                    } else {
+                        ((f64::from(l) - f64::from(max)) / f64::from(t)).exp()
+                    };
+                    sum += exact;
+                    let err = (f64::from(w) - exact).abs();
+                    assert!(
+                        err <= WEIGHT_REL_ERROR * exact + F32_ABS_ERROR,
+                        "{l}: {w} vs {exact}"
+                    );
+                }
+                let bound =
+                    sum * (WEIGHT_REL_ERROR + 3.01 * U32 + 1e-11) + n as f64 * F32_ABS_ERROR;
+                assert!((z - sum).abs() <= bound, "{z} vs {sum}");
+            }
+        }
     }
 
     #[test]

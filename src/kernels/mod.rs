@@ -6,6 +6,8 @@
 //! - [`histogram`]: the buckets of the distance below the maximum (flat top-p, min-p, the
 //!   plain draw);
 //! - [`mass`] and [`exp`]: the vectorised row mass and the exps with their error bounds;
+//! - [`stats`]: the whole-row mass and entropy, and the moments of the logits, each
+//!   with its error bound (epsilon, eta, top-n-sigma);
 //! - [`greedy`]: the argmax;
 //! - [`simd`]: run-time dispatch of the passes to AVX2/AVX-512, the crate's only `unsafe`.
 //!
@@ -18,3 +20,4 @@ pub(crate) mod histogram;
 pub(crate) mod mass;
 pub(crate) mod select;
 pub(crate) mod simd;
+pub(crate) mod stats;

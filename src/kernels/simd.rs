@@ -51,6 +51,7 @@ use crate::element::Logit;
 use crate::histogram::{self, Frame};
 use crate::mass;
 use crate::select;
+use crate::stats;
 use crate::TokenId;
 
 /// The widest instruction set the CPU offers, among those the passes are compiled for
@@ -290,6 +291,25 @@ dispatch!(
     /// [`mass::precise`], on the widest vectors the CPU has.
     row_mass_precise, row_mass_precise_avx2, row_mass_precise_avx512, mass::precise,
     fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, ceiling: f32) -> f64
+);
+
+dispatch!(
+    /// [`mass::weights_into`], on the widest vectors the CPU has.
+    weights_into, weights_into_avx2, weights_into_avx512, mass::weights_into,
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, out: &mut [f32]) -> f64
+);
+
+dispatch!(
+    /// [`stats::entropy`], on the widest vectors the CPU has (fused multiply-adds in the
+    /// wide copies, within the same bound).
+    row_entropy, row_entropy_avx2, row_entropy_avx512, stats::entropy, stats::entropy_in::<T, true>,
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32) -> stats::Entropy
+);
+
+dispatch!(
+    /// [`stats::moments`], on the widest vectors the CPU has.
+    row_moments, row_moments_avx2, row_moments_avx512, stats::moments,
+    fn<T>(row: &[T], marks: Option<&[u32]>, r: f32) -> stats::Moments
 );
 
 #[cfg(all(test, target_arch = "x86_64"))]

@@ -1,0 +1,319 @@
+//! Whole-row statistics in one vectorised pass each, with bounds on their errors: the
+//! mass and the entropy sum (epsilon and eta cutoff), and the moments of the logits
+//! (top-n-sigma).
+//!
+//! The stages that decide from such a statistic (a probability threshold, an entropy, a
+//! standard deviation) turn it into a logit floor with an uncertainty band. A token
+//! outside the band is decided by the fast statistic exactly as exact arithmetic would
+//! decide it; when a token lies inside, the engine runs the stage's plain `f64` code
+//! instead (see [`engine`](crate::engine)).
+//!
+//! Both passes skip the marked tokens of an [`Overlay`](crate::adjust::Overlay); the
+//! caller adds the patches' contributions.
+
+use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
+use crate::element::Logit;
+use crate::exp::{exp_neg_f32_with, mul_add, F32_ABS_ERROR, F32_REL_ERROR};
+use crate::mask::BITS;
+
+/// `2^-24`, the unit roundoff of `f32`.
+const U32: f64 = 5.960_464_477_539_063e-8;
+/// `2^-53`, the unit roundoff of `f64`.
+pub(crate) const U64: f64 = 1.110_223_024_625_156_5e-16;
+
+/// The mass `z = sum exp(l - max)` and the entropy sum `s = sum exp(l - max) (max - l)`
+/// of a row's unmarked entries, at temperature 1, each with a bound on its error. The
+/// entropy of the distribution is `ln z + s / z` nats.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Entropy {
+    pub(crate) z: f64,
+    pub(crate) z_err: f64,
+    pub(crate) s: f64,
+    pub(crate) s_err: f64,
+}
+
+impl Entropy {
+    /// Adds an entry computed exactly (in `f64`): a patch.
+    pub(crate) fn add_exact(&mut self, l: f32, max: f32) {
+        if l > f32::NEG_INFINITY {
+            let x = f64::from(l) - f64::from(max);
+            let w = x.exp();
+            self.z += w;
+            self.s -= w * x;
+            // (`exp` within an ulp, the product and the sums within a few more.)
+            self.z_err += 4.0 * U64 * w;
+            self.s_err += 8.0 * U64 * w * (1.0 - x);
+        }
+    }
+}
+
+/// [`Entropy`] of the entries of `row` that `marks` leaves unmarked, relative to `max`
+/// (at least every such entry, finite), with `f32` weights.
+///
+/// # Error bound
+/// Per entry, with `x = l - max <= 0` exactly and `x' = fl(l - max) = x (1 + d)`,
+/// `|d| <= 2^-24`:
+/// - the weight `exp_neg_f32(x')` is within `F32_REL_ERROR + 2^-24 |x|` (relative) of
+///   `e^x`: the argument's rounding moves `e^x` by `e^{x d}`;
+/// - the entropy term `w' * -x'` adds the rounding of `x'` and of the product;
+/// - each lane sums four weights and four terms in `f32` (at most `3 * 2^-24` of their
+///   sums) before they join the `f64` lane sums (below `1e-11` of the totals);
+/// - below `-87` the weight is `e^-87` (an absolute error of at most [`F32_ABS_ERROR`],
+///   and `87` times that for its term), `-inf` entries included.
+///
+/// The `2^-24 |x|` parts are bounded a posteriori by the sums of `w |x|` (that is, `s`)
+/// and `w x^2`, the latter summed in `f32` with a margin of 2% for its own rounding.
+///
+/// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
+/// [`simd::row_entropy`](crate::simd::row_entropy) can compile it for wider vectors.
+#[inline(always)]
+pub(crate) fn entropy<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> Entropy {
+    entropy_in::<T, false>(row, marks, max)
+}
+
+/// [`entropy`], and with `FUSED` its multiply-adds fused (for code compiled with the
+/// `fma` target feature); within the same bound.
+#[inline(always)]
+pub(crate) fn entropy_in<T: Logit, const FUSED: bool>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+) -> Entropy {
+    match marks {
+        None => entropy_with::<T, false, FUSED>(row, &[], max),
+        Some(marks) => entropy_with::<T, true, FUSED>(row, marks, max),
+    }
+}
+
+#[inline(always)]
+fn entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
+    row: &[T],
+    marks: &[u32],
+    max: f32,
+) -> Entropy {
+    let mut z = [0.0f64; LANES];
+    let mut s = [0.0f64; LANES];
+    let mut x2 = [0.0f32; LANES];
+    let term = |v: f32, skip: bool, z: &mut f32, s: &mut f32, x2: &mut f32| {
+        let x = v - max;
+        // (A marked entry may lie above `max`: its weight is computed at 0, then dropped.)
+        let x = if MARKS && x > 0.0 { 0.0 } else { x };
+        let x = if x > -87.0 { x } else { -87.0 };
+        let w = exp_neg_f32_with::<FUSED>(x);
+        let w = if MARKS && skip { 0.0 } else { w };
+        *z += w;
+        let wx = w * -x;
+        *s += wx;
+        *x2 = mul_add::<FUSED>(wx, -x, *x2);
+    };
+    let blocks = row.chunks_exact(BLOCK);
+    let rem = blocks.remainder();
+    for (b, block) in blocks.enumerate() {
+        let mut zb = [0.0f32; LANES];
+        let mut sb = [0.0f32; LANES];
+        for (c, chunk) in block.chunks_exact(LANES).enumerate() {
+            let v = load(chunk);
+            let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
+            for j in 0..LANES {
+                term(v[j], m & BITS[j] != 0, &mut zb[j], &mut sb[j], &mut x2[j]);
+            }
+        }
+        for j in 0..LANES {
+            z[j] += f64::from(zb[j]);
+            s[j] += f64::from(sb[j]);
+        }
+    }
+    let base = row.len() - rem.len();
+    for (j, c) in rem.iter().enumerate() {
+        let (mut zj, mut sj) = (0.0, 0.0);
+        let skip = MARKS && is_marked(marks, base + j);
+        term(c.to_f32(), skip, &mut zj, &mut sj, &mut x2[j % LANES]);
+        z[j % LANES] += f64::from(zj);
+        s[j % LANES] += f64::from(sj);
+    }
+    let z: f64 = z.iter().sum();
+    let s: f64 = s.iter().sum();
+    let x2: f64 = x2.iter().map(|&d| f64::from(d)).sum();
+    let n = row.len() as f64;
+    Entropy {
+        z,
+        z_err: z * (F32_REL_ERROR + 3.01 * U32 + 1e-11) + 1.02 * U32 * s + n * F32_ABS_ERROR,
+        s,
+        s_err: s * (F32_REL_ERROR + 5.01 * U32 + 1e-11)
+            + 1.02 * U32 * x2
+            + n * 88.0 * F32_ABS_ERROR,
+    }
+}
+
+/// The moments of a row's finite unmarked entries about a reference point `r` (their
+/// maximum): their count, `sum (l - r)`, `sum (l - r)^2` and the smallest `l - r`, in
+/// `f64` lane sums.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Moments {
+    pub(crate) count: usize,
+    pub(crate) sum: f64,
+    pub(crate) sum_sq: f64,
+    pub(crate) lowest: f64,
+}
+
+impl Moments {
+    /// Adds one entry (a patch): finite ones only.
+    pub(crate) fn add(&mut self, l: f32, r: f32) {
+        if l > f32::NEG_INFINITY {
+            let d = f64::from(l) - f64::from(r);
+            self.count += 1;
+            self.sum += d;
+            self.sum_sq += d * d;
+            self.lowest = self.lowest.min(d);
+        }
+    }
+
+    /// Bounds on the error of [`sum`](Self::sum) and [`sum_sq`](Self::sum_sq): each
+    /// difference `l - r` within one rounding, each square within one more, and each
+    /// of the `n` terms of a lane sum moving it by at most `2^-53` of the sum of
+    /// magnitudes (every `l - r` has the same sign, so that sum is `|sum|`).
+    pub(crate) fn errors(&self, n: usize) -> (f64, f64) {
+        let k = (n as f64 + 3.0) * U64;
+        (k * self.sum.abs(), (k + 2.0 * U64) * self.sum_sq)
+    }
+}
+
+/// [`Moments`] of the unmarked finite entries of `row` about `r`. The row must hold no
+/// NaN (checked beforehand); every unmarked entry is at most `r`. Always inlined, so
+/// that [`simd::row_moments`](crate::simd::row_moments) can compile it for wider vectors.
+#[inline(always)]
+pub(crate) fn moments<T: Logit>(row: &[T], marks: Option<&[u32]>, r: f32) -> Moments {
+    match marks {
+        None => moments_with::<T, false>(row, &[], r),
+        Some(marks) => moments_with::<T, true>(row, marks, r),
+    }
+}
+
+#[inline(always)]
+fn moments_with<T: Logit, const MARKS: bool>(row: &[T], marks: &[u32], r: f32) -> Moments {
+    let r64 = f64::from(r);
+    let mut count = [0u32; LANES];
+    let mut sum = [0.0f64; LANES];
+    let mut sum_sq = [0.0f64; LANES];
+    let mut lowest = [0.0f64; LANES];
+    let add = |v: f32, skip: bool, c: &mut u32, s: &mut f64, q: &mut f64, lo: &mut f64| {
+        let take = v > f32::NEG_INFINITY && !(MARKS && skip);
+        let d = if take { f64::from(v) - r64 } else { 0.0 };
+        *c += u32::from(take);
+        *s += d;
+        *q += d * d;
+        *lo = if d < *lo { d } else { *lo };
+    };
+    let chunks = row.chunks_exact(LANES);
+    let base = row.len() - chunks.remainder().len();
+    for (c, chunk) in chunks.enumerate() {
+        let v = load(chunk);
+        let m = lane_marks_if::<MARKS>(marks, c * LANES);
+        for j in 0..LANES {
+            add(
+                v[j],
+                m & BITS[j] != 0,
+                &mut count[j],
+                &mut sum[j],
+                &mut sum_sq[j],
+                &mut lowest[j],
+            );
+        }
+    }
+    for (j, x) in row[base..].iter().enumerate() {
+        let skip = MARKS && is_marked(marks, base + j);
+        add(
+            x.to_f32(),
+            skip,
+            &mut count[j],
+            &mut sum[j],
+            &mut sum_sq[j],
+            &mut lowest[j],
+        );
+    }
+    Moments {
+        count: count.iter().map(|&c| c as usize).sum(),
+        sum: sum.iter().sum(),
+        sum_sq: sum_sq.iter().sum(),
+        lowest: lowest.iter().copied().fold(0.0, f64::min),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exact_entropy(row: &[f32], marks: Option<&[u32]>, max: f32) -> (f64, f64) {
+        let (mut z, mut s) = (0.0f64, 0.0f64);
+        for (i, &l) in row.iter().enumerate() {
+            if marks.is_some_and(|m| is_marked(m, i)) || l == f32::NEG_INFINITY {
+                continue;
+            }
+            let x = f64::from(l) - f64::from(max);
+            z += x.exp();
+            s -= x.exp() * x;
+        }
+        (z, s)
+    }
+
+    #[test]
+    fn the_fast_entropy_sums_are_within_their_bounds_and_the_bounds_are_tight() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (n, scale) in [
+            (151_936usize, 2.0f32),
+            (151_936, 0.05),
+            (4_099, 30.0),
+            (17, 3.0),
+            (1_000, 1e3),
+        ] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
+            row[n / 3] = 8.0 * scale;
+            row[n / 5] = f32::NEG_INFINITY;
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| if w % 2 == 1 { 0x8421_0f0f } else { 0 })
+                .collect();
+            for marks in [None, Some(&marks[..])] {
+                let max = (0..n)
+                    .filter(|&i| !marks.is_some_and(|m| is_marked(m, i)))
+                    .map(|i| row[i])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let (z, s) = exact_entropy(&row, marks, max);
+                for e in [
+                    entropy(&row, marks, max),
+                    entropy_in::<f32, true>(&row, marks, max),
+                ] {
+                    assert!((e.z - z).abs() <= e.z_err, "n {n}: z {} vs {z}", e.z);
+                    assert!((e.s - s).abs() <= e.s_err, "n {n}: s {} vs {s}", e.s);
+                    let tiny = n as f64 * 1e-30;
+                    assert!(e.z_err <= 1e-5 * z + tiny, "z bound {} loose", e.z_err);
+                    assert!(
+                        e.s_err <= 1e-4 * (s + z) + tiny,
+                        "s bound {} loose",
+                        e.s_err
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn moments_match_a_plain_sum() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for (n, scale) in [(151_936usize, 2.0f32), (33, 40.0), (5, 1e-3)] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 97, 5);
+            row[n / 2] = f32::NEG_INFINITY;
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let m = moments(&row, None, max);
+            let finite: Vec<f64> = row
+                .iter()
+                .filter(|l| l.is_finite())
+                .map(|&l| f64::from(l) - f64::from(max))
+                .collect();
+            let (e1, e2) = m.errors(n);
+            assert_eq!(m.count, finite.len());
+            assert!((m.sum - finite.iter().sum::<f64>()).abs() <= e1);
+            assert!((m.sum_sq - finite.iter().map(|d| d * d).sum::<f64>()).abs() <= e2);
+            assert_eq!(m.lowest, finite.iter().copied().fold(0.0, f64::min));
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! Epsilon, eta and top-n-sigma as the first stage of a chain run on the row in place: a
+//! vectorised statistic bounds their floor, and the stage's own `f64` code decides only
+//! when a token lies within that bound. These tests run each chain twice, once as built
+//! and once with the stage wrapped in a user stage (which the engine can only run
+//! through `apply`, on the dense copy of the row), and require the same kept tokens in
+//! the same order, the same probabilities, the same tokens for a set of uniforms and the
+//! same errors.
+//!
+//! The probabilities agree to [`PROB_TOL`] rather than bit for bit: when the wrapped
+//! stage keeps every token, the dense path hands the untouched row to the histogram
+//! kernels, whose `f64` weights may differ from `Candidates`' in the last bits.
+
+use logits::half::{bf16, f16};
+use logits::{
+    Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, Logit, LogitBias, Penalties, Stage,
+    StageContext, Temperature, TokenId, TokenMask, TopK, TopNSigma,
+};
+use proptest::prelude::*;
+
+mod mix;
+use mix::Mix;
+
+/// Relative tolerance of the probabilities (see the module documentation).
+const PROB_TOL: f64 = 1e-12;
+
+/// A stage the engine does not know: it runs `inner` through `apply`.
+#[derive(Debug)]
+struct Opaque(Box<dyn Stage>);
+
+impl Stage for Opaque {
+    fn name(&self) -> &'static str {
+        "opaque"
+    }
+
+    fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
+        self.0.apply(c, ctx)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Rule {
+    Epsilon(f32, usize),
+    Eta(f32, usize),
+    Sigma(f32),
+}
+
+fn stage(rule: Rule) -> Box<dyn Stage> {
+    match rule {
+        Rule::Epsilon(e, k) => Box::new(EpsilonCutoff::new(e).unwrap().min_keep(k)),
+        Rule::Eta(e, k) => Box::new(EtaCutoff::new(e).unwrap().min_keep(k)),
+        Rule::Sigma(n) => Box::new(TopNSigma::new(n).unwrap()),
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    row: Vec<f32>,
+    rule: Rule,
+    /// 0: temperature 0.8 after the stage; 1: top-k 5, then temperature 0.7; 2: nothing.
+    tail: u8,
+    bias: bool,
+    penalties: bool,
+    history: Vec<TokenId>,
+    mask: Option<Vec<bool>>,
+    dtype: u8,
+}
+
+/// Peaked, flat, quantised (many ties), with `-inf` entries, all equal, a wide range.
+fn make_row(shape: u8, n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Mix(seed);
+    let mut row: Vec<f32> = match shape {
+        0 => (0..n).map(|_| (2.0 * r.normal()) as f32).collect(),
+        1 => (0..n).map(|_| (0.3 * r.normal()) as f32).collect(),
+        2 => (0..n)
+            .map(|_| ((r.next() % 7) as f32 - 3.0) * 0.5)
+            .collect(),
+        3 => (0..n)
+            .map(|_| {
+                if r.next().is_multiple_of(3) {
+                    f32::NEG_INFINITY
+                } else {
+                    (3.0 * r.normal()) as f32
+                }
+            })
+            .collect(),
+        4 => vec![1.25; n],
+        _ => (0..n).map(|_| (40.0 * r.normal()) as f32).collect(),
+    };
+    if shape == 0 && n > 4 {
+        for i in 0..(n / 50).max(1) {
+            let j = (r.next() as usize) % n;
+            row[j] = 8.0 + i as f32 * 0.25;
+        }
+    }
+    row
+}
+
+fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
+    (
+        (len, 0u8..6, any::<u64>()),
+        (0u8..3, 0usize..5, 0u8..9),
+        (0u8..3, any::<bool>(), any::<bool>(), 0u8..3, 0u8..3),
+    )
+        .prop_map(
+            |((n, shape, seed), (kind, keep, p), (tail, bias, pen, mask, dtype))| {
+                let row = make_row(shape, n, seed);
+                let eps = [1e-4f32, 3e-4, 1e-3, 0.01, 0.05, 0.2, 0.5, 0.9, 0.999][p as usize];
+                let rule = match kind {
+                    0 => Rule::Epsilon(eps, keep + 1),
+                    1 => Rule::Eta(eps, keep + 1),
+                    _ => {
+                        Rule::Sigma([0.1f32, 0.5, 1.0, 1.5, 2.0, 3.0, 0.01, 4.0, 1e-3][p as usize])
+                    }
+                };
+                let mut r = Mix(seed ^ 0x5151);
+                let history = (0..8).map(|_| (r.next() % n as u64) as TokenId).collect();
+                let mask = match mask {
+                    0 => None,
+                    1 => Some((0..n).map(|_| !r.next().is_multiple_of(4)).collect()),
+                    _ => Some((0..n).map(|_| r.next().is_multiple_of(16)).collect()),
+                };
+                Case {
+                    row,
+                    rule,
+                    tail,
+                    bias,
+                    penalties: pen,
+                    history,
+                    mask,
+                    dtype,
+                }
+            },
+        )
+}
+
+fn build(c: &Case, wrap: bool) -> Chain {
+    let n = c.row.len();
+    let mut b = Chain::builder(n);
+    if c.bias {
+        let entries = [
+            (0, 3.0f32),
+            ((n / 2) as TokenId, -2.0),
+            ((n - 1) as TokenId, 1.5),
+        ];
+        b = b.stage(LogitBias::new(entries).unwrap());
+    }
+    if c.penalties {
+        b = b.stage(Penalties::new(1.3, 0.2, 0.1).unwrap());
+    }
+    let s = stage(c.rule);
+    b = if wrap {
+        b.stage(Opaque(s))
+    } else {
+        b.boxed_stage(s)
+    };
+    b = match c.tail {
+        0 => b.stage(Temperature::new(0.8).unwrap()),
+        1 => b
+            .stage(TopK::new(5).unwrap())
+            .stage(Temperature::new(0.7).unwrap()),
+        _ => b,
+    };
+    let mut chain = b.draw().seed(11).logprobs(3).build().unwrap();
+    for &t in &c.history {
+        chain.accept(t).unwrap();
+    }
+    chain
+}
+
+fn mask_of(c: &Case) -> Option<TokenMask> {
+    c.mask.as_ref().map(|allowed| {
+        let mut m = TokenMask::new_empty(allowed.len());
+        for (i, &a) in allowed.iter().enumerate() {
+            if a {
+                m.allow(i as TokenId).unwrap();
+            }
+        }
+        m
+    })
+}
+
+/// Logprobs from probabilities within [`PROB_TOL`]: equal, or within an `f32` ulp or two.
+fn close32(a: f32, b: f32) -> bool {
+    a == b || (a - b).abs() <= 4.0 * f32::EPSILON * a.abs().max(1.0)
+}
+
+fn check_as<T: Logit>(c: &Case, row: &[T]) -> Result<(), TestCaseError> {
+    let mask = mask_of(c);
+    let (mut fast, mut slow) = (build(c, false), build(c, true));
+    let (mut df, mut ds) = (Vec::new(), Vec::new());
+    let rf = fast.distribution(row, mask.as_ref(), &mut df);
+    let rs = slow.distribution(row, mask.as_ref(), &mut ds);
+    prop_assert_eq!(&rf, &rs);
+    if rf.is_err() {
+        return Ok(());
+    }
+    let ids = |d: &[(TokenId, f64)]| d.iter().map(|&(i, _)| i).collect::<Vec<_>>();
+    prop_assert_eq!(ids(&df), ids(&ds), "{:?}", c.rule);
+    for (a, b) in df.iter().zip(&ds) {
+        prop_assert!(
+            (a.1 - b.1).abs() <= PROB_TOL * b.1,
+            "{:?}: {} vs {}",
+            c.rule,
+            a.1,
+            b.1
+        );
+    }
+    for u in [0.0, 0.25, 0.5, 0.9, 0.999_999] {
+        let (mut f, mut s) = (build(c, false), build(c, true));
+        let a = f.sample_with_uniform(row, mask.as_ref(), u).unwrap();
+        let b = s.sample_with_uniform(row, mask.as_ref(), u).unwrap();
+        prop_assert_eq!(a.token, b.token);
+        prop_assert!(close32(a.logprob, b.logprob), "{:?} vs {:?}", a, b);
+        prop_assert_eq!(a.alternatives().len(), b.alternatives().len());
+        for (x, y) in a.alternatives().iter().zip(b.alternatives()) {
+            prop_assert_eq!(x.token, y.token);
+            prop_assert!(close32(x.logprob, y.logprob), "{:?} vs {:?}", a, b);
+        }
+    }
+    Ok(())
+}
+
+fn check(c: &Case) -> Result<(), TestCaseError> {
+    match c.dtype {
+        0 => check_as(c, &c.row),
+        1 => check_as(
+            c,
+            &c.row.iter().map(|&l| f16::from_f32(l)).collect::<Vec<_>>(),
+        ),
+        _ => check_as(
+            c,
+            &c.row.iter().map(|&l| bf16::from_f32(l)).collect::<Vec<_>>(),
+        ),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn floor_stages_first_match_their_own_apply(c in case(1..400)) {
+        check(&c)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn floor_stages_first_match_their_own_apply_on_large_rows(c in case(20_000..40_000)) {
+        check(&c)?;
+    }
+}
+
+/// Rows built so that a token sits exactly on the floor, where the fast statistic must
+/// hand the decision to the stage's own arithmetic.
+#[test]
+fn tokens_on_the_floor_are_decided_exactly() {
+    let ln = |p: f64| p.ln() as f32;
+    let cases: Vec<(Vec<f32>, Rule)> = vec![
+        // Probabilities 1/2, 1/4, 1/4: epsilon 0.25 keeps all three.
+        (vec![ln(0.5), ln(0.25), ln(0.25)], Rule::Epsilon(0.25, 1)),
+        (
+            vec![ln(0.5), ln(0.25), ln(0.125), ln(0.125)],
+            Rule::Epsilon(0.125, 1),
+        ),
+        // Four equal logits and one below: sigma 0 would keep only the top.
+        (vec![2.0, 2.0, 2.0, 2.0, 1.0], Rule::Sigma(2.0)),
+        // Mean 0.5, sigma 0.5: the floor max - 1 * sigma is exactly 0.5.
+        (vec![1.0, 0.0, 1.0, 0.0, 0.5], Rule::Sigma(1.0)),
+        (vec![3.0; 64], Rule::Sigma(1.0)),
+        (vec![3.0; 64], Rule::Epsilon(1.0 / 64.0, 1)),
+        (vec![3.0; 64], Rule::Eta(0.5, 2)),
+    ];
+    for (row, rule) in cases {
+        for tail in 0..3 {
+            let c = Case {
+                row: row.clone(),
+                rule,
+                tail,
+                bias: false,
+                penalties: false,
+                history: Vec::new(),
+                mask: None,
+                dtype: 0,
+            };
+            check(&c).unwrap_or_else(|e| panic!("{rule:?} on {row:?}: {e}"));
+        }
+    }
+}
+
+/// NaN, `+inf`, a mask that allows nothing: the same error either way.
+#[test]
+fn errors_are_those_of_the_dense_path() {
+    let rows = [
+        vec![0.0f32, f32::NAN, 1.0],
+        vec![0.0f32, 1.0, f32::INFINITY],
+        vec![f32::NEG_INFINITY; 3],
+    ];
+    for row in rows {
+        for rule in [Rule::Epsilon(0.1, 1), Rule::Eta(0.1, 1), Rule::Sigma(1.0)] {
+            let c = Case {
+                row: row.clone(),
+                rule,
+                tail: 0,
+                bias: false,
+                penalties: false,
+                history: Vec::new(),
+                mask: None,
+                dtype: 0,
+            };
+            let (mut f, mut s) = (build(&c, false), build(&c, true));
+            let a = f.sample(&row);
+            assert!(a.is_err(), "{rule:?} on {row:?}");
+            assert_eq!(a, s.sample(&row));
+        }
+    }
+    let mut nothing = TokenMask::new_empty(3);
+    nothing.clear_tail();
+    let row = [1.0f32, 2.0, 3.0];
+    let c = Case {
+        row: row.to_vec(),
+        rule: Rule::Eta(0.01, 1),
+        tail: 0,
+        bias: false,
+        penalties: false,
+        history: Vec::new(),
+        mask: None,
+        dtype: 0,
+    };
+    let (mut f, mut s) = (build(&c, false), build(&c, true));
+    let a = f.sample_masked(&row, &nothing);
+    assert!(a.is_err());
+    assert_eq!(a, s.sample_masked(&row, &nothing));
+}
