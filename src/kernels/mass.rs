@@ -216,9 +216,11 @@ pub(crate) fn weights_into<T: Logit>(
     t: f32,
     out: &mut [f32],
 ) -> f64 {
-    match marks {
-        None => weights_with::<T, false>(row, &[], max, t, out),
-        Some(marks) => weights_with::<T, true>(row, marks, max, t, out),
+    match (marks, t == 1.0) {
+        (None, true) => weights_with::<T, false, true>(row, &[], max, t, out),
+        (None, false) => weights_with::<T, false, false>(row, &[], max, t, out),
+        (Some(marks), true) => weights_with::<T, true, true>(row, marks, max, t, out),
+        (Some(marks), false) => weights_with::<T, true, false>(row, marks, max, t, out),
     }
 }
 
@@ -227,22 +229,34 @@ pub(crate) fn weights_into<T: Logit>(
 #[cfg(test)]
 const WEIGHT_REL_ERROR: f64 = F32_REL_ERROR + 2.0 * U32;
 
+/// [`weights_into`], with the marks' test compiled in or out, and at `UNIT` (`t == 1`)
+/// the argument in `f32`: the exact error of `l - max` (two sums, as in
+/// [`histogram::fill`](crate::histogram::fill)) is the rounding added back.
 #[inline(always)]
-fn weights_with<T: Logit, const MARKS: bool>(
+fn weights_with<T: Logit, const MARKS: bool, const UNIT: bool>(
     row: &[T],
     marks: &[u32],
-    max: f32,
+    max32: f32,
     t: f32,
     out: &mut [f32],
 ) -> f64 {
     debug_assert_eq!(row.len(), out.len());
-    let (max, inv_t) = (f64::from(max), 1.0 / f64::from(t));
+    let (max, inv_t) = (f64::from(max32), 1.0 / f64::from(t));
     let weight = |v: f32, skip: bool| {
-        let s = (f64::from(v) - max) * inv_t;
-        let s = if s < 0.0 { s } else { 0.0 };
-        let s = if s > -87.0 { s } else { -87.0 };
-        let s32 = s as f32;
-        let c = (s - f64::from(s32)) as f32;
+        let (s32, c) = if UNIT {
+            let d = v - max32;
+            let back = d - v;
+            let e = (v - (d - back)) + (-max32 - back);
+            let d = if d < 0.0 { d } else { 0.0 };
+            let c = if d > -87.0 { e } else { 0.0 };
+            (if d > -87.0 { d } else { -87.0 }, c)
+        } else {
+            let s = (f64::from(v) - max) * inv_t;
+            let s = if s < 0.0 { s } else { 0.0 };
+            let s = if s > -87.0 { s } else { -87.0 };
+            let s32 = s as f32;
+            (s32, (s - f64::from(s32)) as f32)
+        };
         let w = exp_neg_f32_with::<false>(s32);
         let w = w + w * c;
         if (MARKS && skip) || v == f32::NEG_INFINITY {

@@ -66,7 +66,10 @@ pub(crate) fn floor_band(cut: f64, z: f64, z_err: f64, n: usize, max: f32) -> Op
 /// - **Edge cases**: zero candidates or every candidate `-inf`: unchanged; `-inf`
 ///   candidates are dropped; no candidate above `epsilon`: the `min_keep` most likely
 ///   remain.
-/// - **Cost**: one pass, no sort; no allocation once warm.
+/// - **Cost**: one pass, no sort; no allocation once warm. As the first stage of a
+///   chain (after a bias and penalties), the row is never copied: one vectorised pass
+///   bounds the total mass, and the tokens above the cut are collected in draw order;
+///   a token within that bound of the cut is decided by this stage's `f64` code.
 ///
 /// # Example
 /// ```

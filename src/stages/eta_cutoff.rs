@@ -44,7 +44,11 @@ pub(crate) fn floor_band(epsilon: f64, e: &Entropy, n: usize, max: f32) -> Optio
 ///   paper suggests `3e-4` to `2e-3`.
 /// - **Edge cases**: as [`EpsilonCutoff`](crate::EpsilonCutoff); a flat distribution
 ///   (high `H`) makes `eta` tiny, so little is cut; a peaked one gives `eta = epsilon`.
-/// - **Cost**: two passes (entropy, cut), no sort; no allocation once warm.
+/// - **Cost**: two passes (entropy, cut), no sort; no allocation once warm. As the first
+///   stage of a chain (after a bias and penalties), the row is never copied: one
+///   vectorised pass bounds the mass and the entropy, and the tokens above the cut are
+///   collected in draw order; a token within that bound of the cut is decided by this
+///   stage's `f64` code.
 ///
 /// # Example
 /// ```

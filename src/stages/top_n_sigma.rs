@@ -82,7 +82,10 @@ fn threshold(logits: &[f32], n: f32) -> Option<f64> {
 /// - **Default**: off (llama.cpp's `-1`); the paper uses `n = 1.0`.
 /// - **Edge cases**: fewer than two finite logits: unchanged; all logits equal:
 ///   `sigma = 0`, everything kept; `-inf` logits are ignored in the statistics.
-/// - **Cost**: two passes, no sort, no allocation.
+/// - **Cost**: two passes, no sort, no allocation. As the first stage of a chain (after a
+///   bias and penalties), the row is never copied: one vectorised pass of `f64` lane
+///   sums bounds the floor, and the tokens above it are collected in draw order; a token
+///   within that bound of the floor is decided by the two sequential passes above.
 ///
 /// # Example
 /// ```
