@@ -1,4 +1,4 @@
-//! Epsilon, eta and top-n-sigma as the first stage of a chain run on the row in place: a
+//! Epsilon, eta, top-n-sigma and mirostat v2 as the first stage of a chain run on the row in place: a
 //! vectorised statistic bounds their floor, and the stage's own `f64` code decides only
 //! when a token lies within that bound. These tests run each chain twice, once as built
 //! and once with the stage wrapped in a user stage (which the engine can only run
@@ -12,8 +12,8 @@
 
 use logits::half::{bf16, f16};
 use logits::{
-    Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, Logit, LogitBias, Penalties, Stage,
-    StageContext, Temperature, TokenId, TokenMask, TopK, TopNSigma,
+    Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, Logit, LogitBias, MirostatV2, Penalties,
+    Stage, StageContext, Temperature, TokenId, TokenMask, TopK, TopNSigma,
 };
 use proptest::prelude::*;
 
@@ -35,6 +35,14 @@ impl Stage for Opaque {
     fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
         self.0.apply(c, ctx)
     }
+
+    fn observe(&mut self, token: TokenId, logprob: f32) {
+        self.0.observe(token, logprob);
+    }
+
+    fn reset(&mut self) {
+        self.0.reset();
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +50,7 @@ enum Rule {
     Epsilon(f32, usize),
     Eta(f32, usize),
     Sigma(f32),
+    Mirostat(f32),
 }
 
 fn stage(rule: Rule) -> Box<dyn Stage> {
@@ -49,6 +58,7 @@ fn stage(rule: Rule) -> Box<dyn Stage> {
         Rule::Epsilon(e, k) => Box::new(EpsilonCutoff::new(e).unwrap().min_keep(k)),
         Rule::Eta(e, k) => Box::new(EtaCutoff::new(e).unwrap().min_keep(k)),
         Rule::Sigma(n) => Box::new(TopNSigma::new(n).unwrap()),
+        Rule::Mirostat(tau) => Box::new(MirostatV2::new(tau, 0.1).unwrap()),
     }
 }
 
@@ -98,7 +108,7 @@ fn make_row(shape: u8, n: usize, seed: u64) -> Vec<f32> {
 fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
     (
         (len, 0u8..6, any::<u64>()),
-        (0u8..3, 0usize..5, 0u8..9),
+        (0u8..4, 0usize..5, 0u8..9),
         (0u8..3, any::<bool>(), any::<bool>(), 0u8..3, 0u8..3),
     )
         .prop_map(
@@ -108,6 +118,9 @@ fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
                 let rule = match kind {
                     0 => Rule::Epsilon(eps, keep + 1),
                     1 => Rule::Eta(eps, keep + 1),
+                    2 => Rule::Mirostat(
+                        [0.1f32, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0][p as usize],
+                    ),
                     _ => {
                         Rule::Sigma([0.1f32, 0.5, 1.0, 1.5, 2.0, 3.0, 0.01, 4.0, 1e-3][p as usize])
                     }
@@ -205,6 +218,13 @@ fn check_as<T: Logit>(c: &Case, row: &[T]) -> Result<(), TestCaseError> {
             b.1
         );
     }
+    // Five steps in a row: a stateful stage (mirostat's `mu`) moves its floor.
+    let (mut f, mut s) = (build(c, false), build(c, true));
+    for u in [0.3, 0.7, 0.1, 0.95, 0.5] {
+        let a = f.sample_with_uniform(row, mask.as_ref(), u).unwrap();
+        let b = s.sample_with_uniform(row, mask.as_ref(), u).unwrap();
+        prop_assert_eq!(a.token, b.token);
+    }
     for u in [0.0, 0.25, 0.5, 0.9, 0.999_999] {
         let (mut f, mut s) = (build(c, false), build(c, true));
         let a = f.sample_with_uniform(row, mask.as_ref(), u).unwrap();
@@ -271,6 +291,12 @@ fn tokens_on_the_floor_are_decided_exactly() {
         (vec![3.0; 64], Rule::Sigma(1.0)),
         (vec![3.0; 64], Rule::Epsilon(1.0 / 64.0, 1)),
         (vec![3.0; 64], Rule::Eta(0.5, 2)),
+        // mu = 2 tau = 4: the cut 2^-4 = 1/16 exactly, four tokens of 1/16 and one of 3/4.
+        (
+            vec![ln(0.75), ln(0.0625), ln(0.0625), ln(0.0625), ln(0.0625)],
+            Rule::Mirostat(2.0),
+        ),
+        (vec![3.0; 64], Rule::Mirostat(3.0)),
     ];
     for (row, rule) in cases {
         for tail in 0..3 {
@@ -298,7 +324,12 @@ fn errors_are_those_of_the_dense_path() {
         vec![f32::NEG_INFINITY; 3],
     ];
     for row in rows {
-        for rule in [Rule::Epsilon(0.1, 1), Rule::Eta(0.1, 1), Rule::Sigma(1.0)] {
+        for rule in [
+            Rule::Epsilon(0.1, 1),
+            Rule::Eta(0.1, 1),
+            Rule::Sigma(1.0),
+            Rule::Mirostat(3.0),
+        ] {
             let c = Case {
                 row: row.clone(),
                 rule,

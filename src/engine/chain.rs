@@ -103,6 +103,9 @@ pub(crate) mod lower {
         Eta { epsilon: f32, keep: usize },
         /// [`TopNSigma`](crate::TopNSigma).
         TopNSigma { n: f32 },
+        /// [`MirostatV2`](crate::MirostatV2) at its current `2^-mu`: the tokens with
+        /// `w >= total * cut`, or else the lowest-id best token alone.
+        Mirostat { cut: f64 },
     }
 
     impl Floor {
@@ -110,7 +113,7 @@ pub(crate) mod lower {
         pub fn keep(self) -> usize {
             match self {
                 Floor::Epsilon { keep, .. } | Floor::Eta { keep, .. } => keep,
-                Floor::TopNSigma { .. } => 1,
+                Floor::TopNSigma { .. } | Floor::Mirostat { .. } => 1,
             }
         }
     }

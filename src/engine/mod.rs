@@ -437,7 +437,12 @@ impl Engine {
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
         let row = adjust::check_input(self.vocab_size, row, mask)?;
-        if let Some(rule) = self.floor {
+        if self.floor.is_some() {
+            // (A stateful stage's floor moves from step to step: ask it.)
+            let rule = match self.stages[self.lead].lowering() {
+                Lowering::Floor(rule) => rule,
+                _ => unreachable!("a floor stage lowers to a floor"),
+            };
             return self.run_floor(row, mask, rule, goal);
         }
         if self.pre > self.lead {
@@ -517,12 +522,17 @@ impl Engine {
         }
         let (n, marks) = (row.len(), ov.marked());
         let band = match rule {
-            Floor::Epsilon { epsilon, .. } => {
+            Floor::Epsilon { .. } | Floor::Mirostat { .. } => {
                 let (z, err) = crate::simd::row_mass(row, marks, max, 1.0, f32::INFINITY);
                 let zp: f64 = ov.patch.iter().map(|p| scaled(p.1, max, 1.0).exp()).sum();
                 // (The patches' `f64` weights within a few ulps.)
                 let err = err + 8.0 * crate::stats::U64 * zp;
-                crate::epsilon_cutoff::floor_band(f64::from(epsilon), z + zp, err, n, max)
+                let cut = match rule {
+                    Floor::Epsilon { epsilon, .. } => f64::from(epsilon),
+                    Floor::Mirostat { cut } => cut,
+                    _ => unreachable!(),
+                };
+                crate::epsilon_cutoff::floor_band(cut, z + zp, err, n, max)
             }
             Floor::Eta { epsilon, .. } => {
                 let mut e = crate::simd::row_entropy(row, marks, max);
@@ -569,7 +579,14 @@ impl Engine {
         }
         let keep = rule.keep();
         let mut kept = n_hi;
-        if kept < keep {
+        if kept == 0 && matches!(rule, Floor::Mirostat { .. }) {
+            // Nothing reaches the cut: the best token alone, ties to the lower id (the
+            // first in draw order).
+            if s.cand.is_empty() {
+                crate::simd::collect(row, ov, frame, 0, 0, usize::MAX, &mut s.cand);
+            }
+            kept = 1.min(s.cand.len());
+        } else if kept < keep {
             // Every token at or above the `keep`-th largest.
             if s.cand.len() < keep {
                 if keep > 1 {
@@ -1901,7 +1918,7 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
 mod tests {
     use super::*;
 
-    /// Epsilon, eta and top-n-sigma first decide ordinary rows from the fast statistic
+    /// Epsilon, eta, top-n-sigma and mirostat v2 first decide ordinary rows from the fast statistic
     /// alone, without the dense copy (the tests in `tests/floor_first.rs` check that
     /// every decision agrees with the stage's own `apply`).
     #[test]
@@ -1910,7 +1927,8 @@ mod tests {
         let mut x = 0x1234_5678_9abc_def0u64;
         for (n, scale) in [(151_936usize, 2.0f32), (151_936, 0.5), (4_099, 3.0)] {
             let row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
-            let stages: [Box<dyn Stage>; 4] = [
+            let stages: [Box<dyn Stage>; 5] = [
+                Box::new(crate::MirostatV2::new(5.0, 0.1).unwrap()),
                 Box::new(EpsilonCutoff::new(3e-4).unwrap()),
                 Box::new(EpsilonCutoff::new(1e-6).unwrap().min_keep(3)),
                 Box::new(EtaCutoff::new(3e-4).unwrap()),
@@ -1924,7 +1942,10 @@ mod tests {
                     .build()
                     .unwrap();
                 let e = &mut chain.engine;
-                let rule = e.floor.expect("a floor stage first");
+                e.floor.expect("a floor stage first");
+                let Lowering::Floor(rule) = e.stages[0].lowering() else {
+                    panic!("a floor stage lowers to a floor");
+                };
                 assert!(
                     e.floor_cut(&row[..], rule).unwrap(),
                     "{rule:?}, scale {scale}"

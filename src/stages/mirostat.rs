@@ -187,7 +187,10 @@ impl Stage for Mirostat {
 ///
 /// - **Defaults** (llama.cpp): `tau = 5.0`, `eta = 0.1`.
 /// - **Edge cases**: zero candidates or every candidate `-inf`: unchanged.
-/// - **Cost**: two passes, no sort, no allocation once warm.
+/// - **Cost**: two passes, no sort, no allocation once warm. As the first stage of a
+///   chain (after a bias and penalties), the row is never copied: one vectorised pass
+///   bounds the total mass, and the tokens above `total * 2^-mu` are collected in draw
+///   order; a token within that bound of the cut is decided by this stage's `f64` code.
 ///
 /// # Example
 /// ```
@@ -230,6 +233,12 @@ impl MirostatV2 {
 impl Stage for MirostatV2 {
     fn name(&self) -> &'static str {
         "mirostat_v2"
+    }
+
+    fn lowering(&self) -> crate::chain::lower::Lowering {
+        crate::chain::lower::Lowering::Floor(crate::chain::lower::Floor::Mirostat {
+            cut: (-self.mu).exp2(),
+        })
     }
 
     fn apply(&mut self, c: &mut Candidates, _: &StageContext<'_>) -> Result<(), Error> {
