@@ -31,60 +31,12 @@ use logits::{
 use proptest::prelude::*;
 
 mod mix;
-use mix::Mix;
+use mix::{shaped_row as make_row, Mix};
 
 /// Relative distance from a boundary below which a decision is not compared.
 const MARGIN: f64 = 1e-9;
 /// Relative tolerance of the probabilities.
 const PROB_TOL: f64 = 1e-9;
-
-/// Row shapes: peaked, flat, heavy ties (with `-0.0` and `0.0`), a third `-inf`, almost
-/// all `-inf`, a wide range, exactly flat.
-fn make_row(shape: u8, n: usize, seed: u64) -> Vec<f32> {
-    let mut r = Mix(seed);
-    let mut row: Vec<f32> = match shape {
-        0 | 4 => (0..n).map(|_| (2.0 * r.normal()) as f32).collect(),
-        1 => (0..n).map(|_| r.normal() as f32).collect(),
-        2 => (0..n)
-            .map(|_| match r.next() % 9 {
-                0 => -0.0,
-                k => (k as f32 - 4.0) * 0.5,
-            })
-            .collect(),
-        3 => (0..n)
-            .map(|_| {
-                if r.next().is_multiple_of(3) {
-                    f32::NEG_INFINITY
-                } else {
-                    (3.0 * r.normal()) as f32
-                }
-            })
-            .collect(),
-        5 => (0..n).map(|_| (40.0 * r.normal()) as f32).collect(),
-        _ => vec![1.25; n],
-    };
-    if shape == 4 {
-        row.fill(f32::NEG_INFINITY);
-    }
-    if shape == 0 || shape == 4 {
-        // A few strong tokens; on the `-inf` row, sometimes none (no candidate).
-        let spikes = if shape == 4 {
-            r.next() % 6
-        } else {
-            1 + r.next() % 20
-        };
-        for _ in 0..spikes {
-            let i = r.below(n);
-            row[i] = (8.0 + 7.0 * r.unit()) as f32;
-        }
-    }
-    if shape == 2 && n > 2 {
-        // A tie at the top, far apart.
-        row[n - 1] = 2.0;
-        row[n / 3] = 2.0;
-    }
-    row
-}
 
 /// A stage before its parameters are resolved against the candidates it will see.
 #[derive(Clone, Debug)]

@@ -18,7 +18,7 @@ use logits::{
 use proptest::prelude::*;
 
 mod mix;
-use mix::Mix;
+use mix::{shaped_row, Mix};
 
 /// Relative tolerance of the probabilities (see the module documentation).
 const PROB_TOL: f64 = 1e-12;
@@ -75,45 +75,15 @@ struct Case {
     dtype: u8,
 }
 
-/// Peaked, flat, quantised (many ties), with `-inf` entries, all equal, a wide range.
-fn make_row(shape: u8, n: usize, seed: u64) -> Vec<f32> {
-    let mut r = Mix(seed);
-    let mut row: Vec<f32> = match shape {
-        0 => (0..n).map(|_| (2.0 * r.normal()) as f32).collect(),
-        1 => (0..n).map(|_| (0.3 * r.normal()) as f32).collect(),
-        2 => (0..n)
-            .map(|_| ((r.next() % 7) as f32 - 3.0) * 0.5)
-            .collect(),
-        3 => (0..n)
-            .map(|_| {
-                if r.next().is_multiple_of(3) {
-                    f32::NEG_INFINITY
-                } else {
-                    (3.0 * r.normal()) as f32
-                }
-            })
-            .collect(),
-        4 => vec![1.25; n],
-        _ => (0..n).map(|_| (40.0 * r.normal()) as f32).collect(),
-    };
-    if shape == 0 && n > 4 {
-        for i in 0..(n / 50).max(1) {
-            let j = (r.next() as usize) % n;
-            row[j] = 8.0 + i as f32 * 0.25;
-        }
-    }
-    row
-}
-
 fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
     (
-        (len, 0u8..6, any::<u64>()),
+        (len, 0u8..7, any::<u64>()),
         (0u8..4, 0usize..5, 0u8..9),
         (0u8..3, any::<bool>(), any::<bool>(), 0u8..3, 0u8..3),
     )
         .prop_map(
             |((n, shape, seed), (kind, keep, p), (tail, bias, pen, mask, dtype))| {
-                let row = make_row(shape, n, seed);
+                let row = shaped_row(shape, n, seed);
                 let eps = [1e-4f32, 3e-4, 1e-3, 0.01, 0.05, 0.2, 0.5, 0.9, 0.999][p as usize];
                 let rule = match kind {
                     0 => Rule::Epsilon(eps, keep + 1),
