@@ -31,6 +31,18 @@
 //!   so `?` works inside `proptest!`. [`check_sampler`](properties::check_sampler) runs
 //!   the same checks on this crate's own [`Sampler`](crate::Sampler).
 //!
+//! # Draw order
+//!
+//! **Draw order: adjusted logit descending, ties to the lower token id.** The logit is
+//! the one after bias and penalties, before temperature; `-0.0` and `0.0` are equal. The
+//! order never depends on weights or probabilities, so tokens whose weights underflow to
+//! 0 (or round to equal values) keep their logit order.
+//!
+//! Top-k's boundary, top-p's prefix, min-p's prefix and the draw all walk this order, and
+//! [`Expected::check_distribution`] checks that a distribution lists its tokens in it. A
+//! survivor of probability exactly 0 (its weight underflowed) may be left out of a
+//! distribution; if it is listed, it must be at its place.
+//!
 //! # Example: your own top-p against ours
 //!
 //! ```
@@ -38,15 +50,21 @@
 //! use logits::SamplingParams;
 //! use proptest::prelude::*;
 //!
-//! /// A top-p written from scratch: softmax weights in f64, sorted by probability
-//! /// (ties to the lower id), the shortest prefix reaching p, renormalised.
+//! /// A top-p written from scratch: softmax weights in f64, in draw order (logit
+//! /// descending, ties to the lower token id), the shortest prefix reaching p,
+//! /// renormalised.
 //! fn my_top_p(row: &[f32], p: f32) -> Vec<(u32, f64)> {
 //!     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-//!     let mut w: Vec<(u32, f64)> = (0..row.len() as u32)
+//!     let mut ids: Vec<u32> = (0..row.len() as u32)
 //!         .filter(|&i| row[i as usize] > f32::NEG_INFINITY)
+//!         .collect();
+//!     // `+ 0.0` makes `-0.0` equal to `0.0`.
+//!     let logit = |i: u32| row[i as usize] + 0.0;
+//!     ids.sort_by(|&a, &b| logit(b).total_cmp(&logit(a)).then(a.cmp(&b)));
+//!     let mut w: Vec<(u32, f64)> = ids
+//!         .into_iter()
 //!         .map(|i| (i, (f64::from(row[i as usize]) - f64::from(max)).exp()))
 //!         .collect();
-//!     w.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
 //!     let total: f64 = w.iter().map(|x| x.1).sum();
 //!     let mut cum = 0.0;
 //!     let n = w.iter().position(|x| { cum += x.1; cum >= f64::from(p) * total });
@@ -57,7 +75,7 @@
 //!     w.into_iter().map(|(id, x)| (id, x / kept)).collect()
 //! }
 //!
-//! proptest!(|(row in strategies::row(1..300, Shape::Peaked), p in 0.01f32..=1.0)| {
+//! proptest!(|(row in strategies::any_row(1..300), p in 0.01f32..=1.0)| {
 //!     let params = SamplingParams::builder().top_p(p).build()?;
 //!     let expected = Expected::new(&row, &params)?;
 //!     expected.check_distribution(&my_top_p(&row, p), 1e-9)?;
@@ -70,6 +88,7 @@
 
 pub mod properties;
 pub mod strategies;
+pub mod vectors;
 
 pub use crate::reference;
 pub use properties::{Expected, Mismatch};

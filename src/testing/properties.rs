@@ -8,8 +8,8 @@
 //! - [`check_distribution`](Expected::check_distribution): does it give every token the
 //!   reference's final probability, within a tolerance?
 //! - [`check_draw`](Expected::check_draw): does it draw the reference's token for a
-//!   given uniform `u` (inverse CDF over the survivors in draw order: probability
-//!   descending, ties to the lower id)?
+//!   given uniform `u` (inverse CDF over the survivors in draw order: logit
+//!   descending, ties to the lower token id)?
 //!
 //! Each check returns `Result<(), Mismatch>`. [`Mismatch`] is a `std::error::Error`, so
 //! `?` turns it into a failing `TestCaseError` inside `proptest!`, and into a panic
@@ -60,7 +60,7 @@ pub struct Mismatch {
 }
 
 impl Mismatch {
-    fn new(message: String) -> Self {
+    pub(crate) fn new(message: String) -> Self {
         Mismatch { message }
     }
 
@@ -81,9 +81,18 @@ impl std::error::Error for Mismatch {}
 /// The reference outcome of one sampling step, to compare another implementation with.
 ///
 /// Computed by [`reference::adjust`] then [`reference::survivors`]: the surviving
-/// candidates in draw order (probability descending, ties to the lower id) and their
-/// final probabilities. With temperature 0 the single survivor is the argmax with
-/// probability 1.
+/// candidates in draw order and their final probabilities. With temperature 0 the single
+/// survivor is the argmax with probability 1.
+///
+/// **Draw order: adjusted logit descending, ties to the lower token id.** The logit is
+/// the one after bias and penalties, before temperature; `-0.0` and `0.0` are equal. The
+/// order never depends on weights or probabilities, so tokens whose weights underflow to
+/// 0 (or round to equal values) keep their logit order.
+///
+/// A survivor whose weight underflows to 0 has probability exactly 0. It is still a
+/// survivor ([`survivors`](Self::survivors), [`check_kept_set`](Self::check_kept_set)),
+/// but [`check_distribution`](Self::check_distribution) lets a distribution leave it out,
+/// and [`check_draw`](Self::check_draw) never accepts it.
 ///
 /// # Example
 /// ```
@@ -196,56 +205,23 @@ impl Expected {
         )))
     }
 
-    /// Checks a final distribution `(id, probability)` against the reference's: every
-    /// listed token is a reference survivor, every survivor of positive probability is
-    /// listed, and each probability is within `tolerance` of the reference's (absolute).
-    /// A survivor whose reference probability is exactly 0 may be left out.
+    /// Checks a final distribution `(id, probability)` against the reference's, with
+    /// [`compare_distribution`]'s rules: the same tokens, listed in draw order
+    /// ([logit descending, ties to the lower token id](crate::testing#draw-order)), each
+    /// probability within `tolerance` (absolute) of the reference's. A survivor whose
+    /// reference probability is exactly 0 may be left out; if it is listed, it must be
+    /// at its place in draw order like every other token.
     ///
     /// # Errors
     /// A [`Mismatch`] for a duplicated id, a probability that is not finite, a token only
-    /// one side keeps, or the largest probability difference above `tolerance`.
+    /// one side keeps, tokens out of draw order, or a probability difference above
+    /// `tolerance`.
     pub fn check_distribution(
         &self,
         actual: &[(TokenId, f64)],
         tolerance: f64,
     ) -> Result<(), Mismatch> {
-        let mut mine = BTreeMap::new();
-        for &(id, p) in actual {
-            if !p.is_finite() {
-                return Err(Mismatch::new(format!("token {id} has probability {p}")));
-            }
-            if mine.insert(id, p).is_some() {
-                return Err(Mismatch::new(format!("token {id} is listed twice")));
-            }
-        }
-        let reference: BTreeMap<TokenId, f64> = self.distribution.iter().copied().collect();
-        let extra: Vec<_> = mine
-            .keys()
-            .filter(|id| !reference.contains_key(id))
-            .collect();
-        let missing: Vec<_> = reference
-            .iter()
-            .filter(|&(id, &p)| p > 0.0 && !mine.contains_key(id))
-            .map(|(id, _)| id)
-            .collect();
-        if !extra.is_empty() || !missing.is_empty() {
-            return Err(Mismatch::new(format!(
-                "kept sets differ: the reference also keeps {missing:?}, the implementation \
-                 also keeps {extra:?} (reference distribution: {:?})",
-                self.distribution
-            )));
-        }
-        let worst = reference
-            .iter()
-            .map(|(id, &p)| (*id, p, mine.get(id).copied().unwrap_or(0.0)))
-            .max_by(|a, b| (a.1 - a.2).abs().total_cmp(&(b.1 - b.2).abs()));
-        match worst {
-            Some((id, p, q)) if (p - q).abs() > tolerance => Err(Mismatch::new(format!(
-                "token {id}: probability {q}, reference {p} (difference {:e} > {tolerance:e})",
-                (p - q).abs()
-            ))),
-            _ => Ok(()),
-        }
+        compare_distribution(&self.distribution, actual, tolerance)
     }
 
     /// Checks the token drawn for the uniform `u`: it must be
@@ -389,6 +365,93 @@ pub fn check_sampler(case: &Case, tolerance: f64) -> Result<(), Mismatch> {
         .map_err(|e| Mismatch::new(format!("the sampler refuses to draw: {e}")))?
         .token;
     expected.check_draw(case.u, token, 1e-9)
+}
+
+/// Compares a distribution `actual` with an expected one, `expected` (both `(id,
+/// probability)`, `expected` in draw order). This is the rule of
+/// [`Expected::check_distribution`] and of the conformance vectors' checks
+/// ([`vectors::Vector::check_distribution`](crate::testing::vectors::Vector::check_distribution)):
+///
+/// - every id is listed at most once, with a finite probability;
+/// - every token of `actual` is in `expected`, and every token of `expected` with a
+///   positive probability is in `actual`;
+/// - a token of `expected` whose probability is exactly 0 (a survivor whose weight
+///   underflowed) may be left out of `actual`; listed or not, it is held to the same
+///   tolerance and order as every other token;
+/// - `actual` lists its tokens in the order of `expected` (draw order: logit descending,
+///   ties to the lower token id);
+/// - each probability is within `tolerance` (absolute) of the expected one.
+///
+/// # Errors
+/// A [`Mismatch`] describing the first rule broken.
+///
+/// # Example
+/// ```
+/// use logits::testing::properties::compare_distribution;
+///
+/// let expected = [(2, 0.75), (0, 0.25), (1, 0.0)];
+/// assert!(compare_distribution(&expected, &[(2, 0.75), (0, 0.25)], 1e-12).is_ok());
+/// assert!(compare_distribution(&expected, &[(2, 0.75), (0, 0.25), (1, 0.0)], 1e-12).is_ok());
+/// // The right probabilities in another order are a mismatch.
+/// assert!(compare_distribution(&expected, &[(0, 0.25), (2, 0.75)], 1e-12).is_err());
+/// // So is a zero-probability survivor listed out of its place.
+/// assert!(compare_distribution(&expected, &[(1, 0.0), (2, 0.75), (0, 0.25)], 1e-12).is_err());
+/// ```
+pub fn compare_distribution(
+    expected: &[(TokenId, f64)],
+    actual: &[(TokenId, f64)],
+    tolerance: f64,
+) -> Result<(), Mismatch> {
+    let mut mine = BTreeMap::new();
+    for &(id, p) in actual {
+        if !p.is_finite() {
+            return Err(Mismatch::new(format!("token {id} has probability {p}")));
+        }
+        if mine.insert(id, p).is_some() {
+            return Err(Mismatch::new(format!("token {id} is listed twice")));
+        }
+    }
+    let position: BTreeMap<TokenId, usize> = expected
+        .iter()
+        .enumerate()
+        .map(|(i, &(id, _))| (id, i))
+        .collect();
+    let extra: Vec<_> = mine
+        .keys()
+        .filter(|id| !position.contains_key(id))
+        .collect();
+    let missing: Vec<_> = expected
+        .iter()
+        .filter(|&&(id, p)| p > 0.0 && !mine.contains_key(&id))
+        .map(|(id, _)| id)
+        .collect();
+    if !extra.is_empty() || !missing.is_empty() {
+        return Err(Mismatch::new(format!(
+            "kept sets differ: the reference also keeps {missing:?}, the implementation \
+             also keeps {extra:?} (reference distribution: {expected:?})"
+        )));
+    }
+    if let Some(w) = actual
+        .windows(2)
+        .find(|w| position[&w[0].0] > position[&w[1].0])
+    {
+        return Err(Mismatch::new(format!(
+            "token {} is listed before token {}, but draw order (logit descending, ties to \
+             the lower token id) puts it after (reference distribution: {expected:?})",
+            w[0].0, w[1].0
+        )));
+    }
+    let worst = expected
+        .iter()
+        .map(|&(id, p)| (id, p, mine.get(&id).copied().unwrap_or(0.0)))
+        .max_by(|a, b| (a.1 - a.2).abs().total_cmp(&(b.1 - b.2).abs()));
+    match worst {
+        Some((id, p, q)) if (p - q).abs() > tolerance => Err(Mismatch::new(format!(
+            "token {id}: probability {q}, reference {p} (difference {:e} > {tolerance:e})",
+            (p - q).abs()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn expected(row: &[f32], params: &SamplingParams) -> Result<Expected, Mismatch> {
