@@ -503,6 +503,29 @@ mod tests {
     }
 
     #[test]
+    fn distributions_are_checked_in_draw_order_with_zero_weights_optional() {
+        // Weights 1, 0, 0 (the last two underflow): draw order follows the logits, so
+        // token 2 (-1000) comes before token 1 (-2000) although both weigh 0.
+        let e = Expected::new(&[0.0, -2000.0, -1000.0], &SamplingParams::default()).unwrap();
+        assert_eq!(e.distribution(), [(0, 1.0), (2, 0.0), (1, 0.0)]);
+        e.check_distribution(&[(0, 1.0)], 0.0).unwrap();
+        e.check_distribution(&[(0, 1.0), (2, 0.0), (1, 0.0)], 0.0).unwrap();
+        e.check_distribution(&[(0, 1.0), (1, 0.0)], 0.0).unwrap();
+        // Sorting by probability with ties to the lower id puts token 1 first.
+        let err = e
+            .check_distribution(&[(0, 1.0), (1, 0.0), (2, 0.0)], 0.0)
+            .unwrap_err();
+        assert!(err.message().contains("draw order"), "{err}");
+        // A listed zero-weight survivor is held to the tolerance like any other.
+        assert!(e.check_distribution(&[(0, 1.0), (2, 0.5)], 0.1).is_err());
+        // Tokens of positive probability out of order are caught too.
+        let e = Expected::new(&[1.0, 2.0], &SamplingParams::default()).unwrap();
+        let (p1, p0) = (e.probability(1), e.probability(0));
+        e.check_distribution(&[(1, p1), (0, p0)], 1e-12).unwrap();
+        assert!(e.check_distribution(&[(0, p0), (1, p1)], 1e-12).is_err());
+    }
+
+    #[test]
     fn draw_tolerance_accepts_only_neighbours_of_u() {
         // Two equal weights: boundary at exactly 0.5.
         let e = Expected::new(&[1.0, 1.0, f32::NEG_INFINITY], &SamplingParams::default()).unwrap();
@@ -532,12 +555,22 @@ mod tests {
             s.accept(t)?;
         }
         let out = s.sample(&c.row)?;
-        let dist: Vec<(TokenId, f64)> = out
+        let mut dist: Vec<(TokenId, f64)> = out
             .alternatives()
             .iter()
             .filter(|a| a.logprob > f32::NEG_INFINITY)
             .map(|a| (a.token, f64::from(a.logprob).exp()))
             .collect();
+        // The alternatives come in raw-probability order, not draw order: put them in
+        // the reference's order (tokens it does not keep last, where they still fail).
+        let place = |id: TokenId| {
+            expected
+                .distribution()
+                .iter()
+                .position(|x| x.0 == id)
+                .unwrap_or(usize::MAX)
+        };
+        dist.sort_by_key(|x| place(x.0));
         expected.check_distribution(&dist, 1e-6)?;
         let step = c.history.generated().len() as u64;
         let u = DrawRng::new(params.seed()).uniform(step);
