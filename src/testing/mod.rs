@@ -23,13 +23,17 @@
 //! - [`strategies`]: logits rows of a given size and [`Shape`] (peaked, flat, with ties,
 //!   with `-inf` entries, with huge and subnormal values), valid
 //!   [`SamplingParams`](crate::SamplingParams), token histories, bias maps, uniforms,
-//!   and whole [`Case`]s combining them.
+//!   and whole [`Case`]s combining them; rows and parameters on the cuts' boundaries
+//!   ([`Boundary`]: exactly on top-p's prefix sum and on min-p's ratio, `k` inside a
+//!   tie, weights that underflow) and cut-only [`CutCase`]s on them with padding and
+//!   `f16`/`bf16` rows. Every row strategy shrinks in length first.
 //! - [`properties`]: [`Expected`], the reference outcome of one step, with checks that
 //!   a sampler under test keeps the same set of tokens, gives them the same
 //!   probabilities within a tolerance, and draws the same token for a given uniform.
 //!   The checks return a [`Mismatch`], which converts into proptest's `TestCaseError`,
 //!   so `?` works inside `proptest!`. [`check_sampler`](properties::check_sampler) runs
 //!   the same checks on this crate's own [`Sampler`](crate::Sampler).
+//! - [`vectors`]: the conformance vectors, embedded, with a runner for your closure.
 //!
 //! # Draw order
 //!
@@ -92,4 +96,4 @@ pub mod vectors;
 
 pub use crate::reference;
 pub use properties::{Expected, Mismatch};
-pub use strategies::{Case, Shape, TokenHistory};
+pub use strategies::{Boundary, Case, CutCase, Element, Shape, TokenHistory};

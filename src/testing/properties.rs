@@ -46,7 +46,7 @@ use crate::mask::TokenMask;
 use crate::params::SamplingParams;
 use crate::reference::{self, Candidate};
 use crate::sampler::Sampler;
-use crate::testing::Case;
+use crate::testing::{Case, CutCase, Element};
 use crate::TokenId;
 
 /// How an implementation under test differs from the reference.
@@ -454,6 +454,48 @@ pub fn compare_distribution(
     }
 }
 
+/// Checks this crate's [`Sampler`] on one [`CutCase`] against the reference, with the row
+/// given in the case's [`Element`] type and its padding: the same final distribution
+/// (probabilities within `tolerance`, in draw order) and the same token for `case.u`
+/// (boundaries within `1e-9`).
+///
+/// # Errors
+/// A [`Mismatch`] describing the first difference.
+///
+/// # Example
+/// ```
+/// use logits::testing::{properties::check_cut_case, strategies::cut_case};
+/// use proptest::prelude::*;
+///
+/// proptest!(|(c in cut_case(1..100))| {
+///     check_cut_case(&c, 1e-9)?;
+/// });
+/// ```
+pub fn check_cut_case(case: &CutCase, tolerance: f64) -> Result<(), Mismatch> {
+    fn run<T: crate::Logit>(case: &CutCase, row: &[T], tolerance: f64) -> Result<(), Mismatch> {
+        let expected = case
+            .expected()
+            .map_err(|e| Mismatch::new(format!("the reference refuses the input: {e}")))?;
+        let fail = |e: Error| Mismatch::new(format!("the sampler refuses the input: {e}"));
+        let sampler = || Sampler::new(case.params.clone(), case.vocab_size).map_err(fail);
+        let mut dist = Vec::new();
+        sampler()?
+            .distribution(row, None, &mut dist)
+            .map_err(fail)?;
+        expected.check_distribution(&dist, tolerance)?;
+        let token = sampler()?
+            .sample_with_uniform(row, None, case.u)
+            .map_err(fail)?
+            .token;
+        expected.check_draw(case.u, token, 1e-9)
+    }
+    match case.element {
+        Element::F16 => run(case, &case.row_f16(), tolerance),
+        Element::Bf16 => run(case, &case.row_bf16(), tolerance),
+        _ => run(case, &case.row, tolerance),
+    }
+}
+
 fn expected(row: &[f32], params: &SamplingParams) -> Result<Expected, Mismatch> {
     Expected::new(row, params)
         .map_err(|e| Mismatch::new(format!("the reference refuses the input: {e}")))
@@ -509,7 +551,8 @@ mod tests {
         let e = Expected::new(&[0.0, -2000.0, -1000.0], &SamplingParams::default()).unwrap();
         assert_eq!(e.distribution(), [(0, 1.0), (2, 0.0), (1, 0.0)]);
         e.check_distribution(&[(0, 1.0)], 0.0).unwrap();
-        e.check_distribution(&[(0, 1.0), (2, 0.0), (1, 0.0)], 0.0).unwrap();
+        e.check_distribution(&[(0, 1.0), (2, 0.0), (1, 0.0)], 0.0)
+            .unwrap();
         e.check_distribution(&[(0, 1.0), (1, 0.0)], 0.0).unwrap();
         // Sorting by probability with ties to the lower id puts token 1 first.
         let err = e
