@@ -557,8 +557,7 @@ impl CutCase {
         self.row.iter().map(|&x| half::f16::from_f32(x)).collect()
     }
 
-    /// The row as [`half::bf16`] (exact when `element` is [`Element::Bf16`] or
-    /// [`Element::F16`]'s values fit, which [`cut_case`] does not promise).
+    /// The row as [`half::bf16`] (exact when `element` is [`Element::Bf16`]).
     pub fn row_bf16(&self) -> Vec<half::bf16> {
         self.row.iter().map(|&x| half::bf16::from_f32(x)).collect()
     }
