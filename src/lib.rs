@@ -49,8 +49,9 @@
 //! | min-p | `min_p` | 0.0 | keep `p_i >= min_p * p_max`; equality kept |
 //! | draw | `seed` | — | inverse CDF, uniform keyed by `(seed, step)` |
 //!
-//! The candidates' order, everywhere, is probability descending with ties broken by the
-//! lower token id. Each tail cut keeps at least `min_tokens_to_keep` tokens.
+//! The candidates' order, everywhere, is the draw order: adjusted logit descending (after
+//! bias and penalties, before temperature; `-0.0` equals `0.0`), ties to the lower token
+//! id. It never depends on weights, so tokens whose weights underflow to 0 keep it. Each tail cut keeps at least `min_tokens_to_keep` tokens.
 //!
 //! A different order (llama.cpp applies temperature after the cuts) is an explicit
 //! [`Chain`]. Both run on one engine, and a [`Sampler`] is the chain of the documented

@@ -294,7 +294,7 @@ impl Chain {
     }
 
     /// The final distribution the next draw would use, without drawing: every surviving
-    /// token with its probability, in draw order (probability descending, ties to the
+    /// token with its probability, in draw order (adjusted logit descending, ties to the
     /// lower id). A greedy chain gives the argmax with probability 1. The history is
     /// unchanged; stateful stages see the step as if it were sampled, but observe no
     /// token.

@@ -202,7 +202,7 @@ impl Sampler {
     }
 
     /// The final distribution the next draw would use, without drawing: every surviving
-    /// token with its probability, in draw order (probability descending, ties to the
+    /// token with its probability, in draw order (adjusted logit descending, ties to the
     /// lower id). Greedy gives the argmax with probability 1. The history is unchanged.
     ///
     /// This is an inspection tool: when no tail cut is set it sorts the whole vocabulary.
