@@ -31,7 +31,7 @@ fn ctx<'a>(tokens: &'a [TokenId], prompt_len: usize) -> StageContext<'a> {
 /// Applies `stage` to `row` at temperature `t` and returns the surviving finite ids.
 fn kept(stage: &mut dyn Stage, row: &[f32], t: f64) -> BTreeSet<TokenId> {
     let mut c = cands(row);
-    c.set_temperature(t);
+    c.set_temperature(t).unwrap();
     stage.apply(&mut c, &ctx(&[], 0)).unwrap();
     finite_ids(&c)
 }

@@ -1,6 +1,20 @@
 //! [`Candidates`]: the working set a [`Chain`](crate::Chain) passes from stage to stage.
 
+use crate::error::Error;
 use crate::TokenId;
+
+/// A temperature the candidates can be weighted at: finite and `> 0`.
+fn check_temperature(t: f64) -> Result<(), Error> {
+    if t.is_finite() && t > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::InvalidParameter {
+            name: "temperature",
+            value: t,
+            expected: "a finite temperature > 0 for the candidates (a product of them too)",
+        })
+    }
+}
 
 /// The tokens still in play, with their adjusted logits and the temperature applied so
 /// far.
@@ -9,14 +23,14 @@ use crate::TokenId;
 /// a stage before the chain's first cut) or the compact set that cut left, in draw order
 /// ([`is_sorted`](Self::is_sorted)), at the cut's temperature. Adjustment stages change
 /// [`logits_mut`](Self::logits_mut); [`Candidates::scale_temperature`] records a
-/// temperature; cut stages call [`sort`](Self::sort) and [`truncate`](Self::truncate)
+/// temperature (always finite and `> 0`: the setters refuse any other); cut stages call [`sort`](Self::sort) and [`truncate`](Self::truncate)
 /// or [`retain`](Self::retain). Probabilities are always derived, never stored: the
 /// weight of candidate `i` is `exp((l_i - l_max) / T)` computed in `f64`, with `l_max`
 /// the largest current logit and `T` the accumulated temperature, and its probability is
 /// its weight over the total weight of the current candidates. This is the same formula
 /// as the [`Sampler`](crate::Sampler) and the [`reference`](crate::reference) use, so a
 /// chain in the default order samples exactly the same tokens.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Candidates {
     ids: Vec<TokenId>,
     logits: Vec<f32>,
@@ -26,12 +40,24 @@ pub struct Candidates {
     pairs: Vec<(f32, TokenId)>,
 }
 
+impl Default for Candidates {
+    /// As [`Candidates::new`].
+    fn default() -> Self {
+        Candidates::new()
+    }
+}
+
 impl Candidates {
-    /// An empty set (buffers are reused by [`Candidates::reset_from`]).
+    /// An empty set at temperature 1 (buffers are reused by
+    /// [`Candidates::reset_from`]).
     pub fn new() -> Self {
         Candidates {
+            ids: Vec::new(),
+            logits: Vec::new(),
             temperature: 1.0,
-            ..Candidates::default()
+            sorted: false,
+            dense: false,
+            pairs: Vec::new(),
         }
     }
 
@@ -151,19 +177,40 @@ impl Candidates {
         self.logits.get_mut(pos)
     }
 
-    /// The temperature applied so far (the product of every temperature stage).
+    /// The temperature applied so far (the product of every temperature stage): always
+    /// finite and `> 0`.
     pub fn temperature(&self) -> f64 {
         self.temperature
     }
 
-    /// Multiplies the temperature by `t > 0`.
-    pub fn scale_temperature(&mut self, t: f64) {
-        self.temperature *= t;
+    /// Multiplies the temperature by `t`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `temperature` unless `t` and the product are
+    /// finite and `> 0`: 0 (greedy is a chain's end, not a temperature), a negative
+    /// temperature (which would flip the distribution), NaN and infinity are refused, and
+    /// so is a product that underflows to 0 or overflows. The temperature is then
+    /// unchanged, so the candidates' distribution stays valid whether or not the stage
+    /// passes the error on; a stage should return it (`?`), and the chain's sampling
+    /// call then fails with it.
+    pub fn scale_temperature(&mut self, t: f64) -> Result<(), Error> {
+        let product = self.temperature * t;
+        check_temperature(t)?;
+        check_temperature(product)?;
+        self.temperature = product;
+        Ok(())
     }
 
     /// Replaces the temperature.
-    pub fn set_temperature(&mut self, t: f64) {
+    ///
+    /// # Errors
+    /// As [`scale_temperature`](Self::scale_temperature): [`Error::InvalidParameter`]
+    /// naming `temperature` unless `t` is finite and `> 0`; the temperature is then
+    /// unchanged.
+    pub fn set_temperature(&mut self, t: f64) -> Result<(), Error> {
+        check_temperature(t)?;
         self.temperature = t;
+        Ok(())
     }
 
     /// True when the candidates are in draw order.

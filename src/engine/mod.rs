@@ -469,7 +469,8 @@ impl Engine {
         let mut dense = std::mem::take(&mut self.dense);
         self.scratch.overlay.clear();
         let r = self.adjust_dense(row, mask, &mut dense).and_then(|()| {
-            if dense.is_dense() && dense.temperature() == 1.0 {
+            // (A stage may have refilled the set shorter: that is a set, not the row.)
+            if dense.is_dense() && dense.temperature() == 1.0 && dense.len() == row.len() {
                 self.finish(row, dense.logits(), None, goal)
             } else {
                 self.finish_set(row, &mut dense, self.pre, goal)
@@ -755,10 +756,8 @@ impl Engine {
             seed: self.params.seed(),
             step: self.seq.step(),
         };
-        for stage in &mut self.stages[self.lead..self.pre] {
-            stage.apply(c, &ctx)?;
-        }
-        adjust::recheck(c.logits()).map(|_| ())
+        let stages = &mut self.stages[self.lead..self.pre];
+        run_stages(stages, c, &ctx, self.vocab_size)
     }
 
     /// The stages from `from` on, over the candidate set `c`, then the end of the chain
@@ -775,10 +774,7 @@ impl Engine {
             seed: self.params.seed(),
             step: self.seq.step(),
         };
-        for stage in &mut self.stages[from..] {
-            stage.apply(c, &ctx)?;
-        }
-        check_set(c)?;
+        run_stages(&mut self.stages[from..], c, &ctx, self.vocab_size)?;
         c.sort();
         if c.is_empty() {
             return Err(Error::NoCandidates);
@@ -1542,8 +1538,22 @@ impl Engine {
     }
 }
 
-/// The check of the dense path on a candidate set: the NaN or `+inf` of the lowest
-/// token id, then nothing else (an empty set is the caller's to report).
+/// `stages` in turn on `c`, each checked by [`check_set`] before the next stage sees
+/// the set (and the last before the chain's end does): no stage ever works on, or draws
+/// from, a set a stage before it poisoned.
+fn run_stages(
+    stages: &mut [Box<dyn Stage>],
+    c: &mut Candidates,
+    ctx: &StageContext<'_>,
+    vocab_size: usize,
+) -> Result<(), Error> {
+    for stage in stages {
+        stage.apply(c, ctx)?;
+        check_set(c, vocab_size)?;
+    }
+    Ok(())
+}
+
 /// The maximum of the adjusted row (`adj` under `ov`), checking the row and the patches
 /// for NaN and `+inf`. The row's maximum may belong to a banned token, or to one a patch
 /// lowered: then the maximum is that of the unmarked tokens (a mask's bans: in the same
@@ -1599,9 +1609,21 @@ fn softmax_in<T: Logit>(
     Ok(())
 }
 
-fn check_set(c: &Candidates) -> Result<(), Error> {
+/// The check of the dense path on a candidate set: the NaN or `+inf` of the lowest
+/// token id, then nothing else (an empty set is the caller's to report). A stage can
+/// refill the set ([`Candidates::reset_from`]): a token id outside the vocabulary is
+/// [`Error::TokenOutOfRange`]. (The temperature needs no check: `Candidates` keeps it
+/// finite and `> 0`.)
+fn check_set(c: &Candidates, vocab_size: usize) -> Result<(), Error> {
     if c.is_dense() {
+        if c.len() > vocab_size {
+            let id = TokenId::try_from(vocab_size).unwrap_or(TokenId::MAX);
+            return Err(Error::TokenOutOfRange { id, vocab_size });
+        }
         return adjust::recheck(c.logits()).map(|_| ());
+    }
+    if let Some(&id) = c.ids().iter().find(|&&id| id as usize >= vocab_size) {
+        return Err(Error::TokenOutOfRange { id, vocab_size });
     }
     let bad = (c.ids().iter().zip(c.logits()))
         .filter(|(_, &l)| adjust::not_finite_above(l))

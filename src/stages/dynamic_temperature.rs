@@ -123,7 +123,7 @@ impl Stage for DynamicTemperature {
         }
         match self.temperature_for(c) {
             None => {}
-            Some(t) if t > 0.0 => c.scale_temperature(t),
+            Some(t) if t > 0.0 => c.scale_temperature(t)?,
             Some(_) => keep_argmax(c),
         }
         Ok(())

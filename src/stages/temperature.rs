@@ -54,7 +54,6 @@ impl Stage for Temperature {
     }
 
     fn apply(&mut self, c: &mut Candidates, _: &StageContext<'_>) -> Result<(), Error> {
-        c.scale_temperature(f64::from(self.t));
-        Ok(())
+        c.scale_temperature(f64::from(self.t))
     }
 }
