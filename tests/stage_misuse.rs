@@ -3,7 +3,8 @@
 //! logprob, a flipped distribution, a token outside the vocabulary or a panic.
 
 use logits::{
-    AllowedTokens, Candidates, Chain, Error, LogprobKind, Stage, StageContext, TopK, TopP,
+    AllowedTokens, BadWords, Candidates, Chain, Error, LogitBias, LogprobKind, Stage, StageContext,
+    TopK, TopP,
 };
 
 /// What a [`Misuse`] stage does to the candidates.
@@ -242,5 +243,40 @@ fn a_stage_that_refills_past_the_vocabulary_fails_the_call() {
         let mut p = [0.0f32; 4];
         chain.probabilities(&ROW, None, &mut p).unwrap();
         assert_eq!(&p[2..], &[0.0, 0.0], "{at}");
+    }
+}
+
+/// `LogitBias` and `BadWords` check their ids against the vocabulary when the chain is
+/// built, wherever they stand: after a cut the candidates no longer show the
+/// vocabulary's size.
+#[test]
+fn id_stages_after_a_cut_are_checked_at_build() {
+    let out_of_range = Err(Error::TokenOutOfRange {
+        id: 9,
+        vocab_size: 4,
+    });
+    let build = |stage: Box<dyn Stage>, first: bool| {
+        let b = Chain::builder(4);
+        let b = if first {
+            b.boxed_stage(stage).stage(TopK::new(2).unwrap())
+        } else {
+            b.stage(TopK::new(2).unwrap()).boxed_stage(stage)
+        };
+        b.draw().build().map(|_| ())
+    };
+    for first in [true, false] {
+        let bias = || Box::new(LogitBias::new([(1, 0.5), (9, 1.0)]).unwrap());
+        assert_eq!(build(bias(), first), out_of_range, "bias, first {first}");
+        let bad = || Box::new(BadWords::new([vec![1], vec![2, 9]]).unwrap());
+        assert_eq!(
+            build(bad(), first),
+            out_of_range,
+            "bad words, first {first}"
+        );
+        // In range: built.
+        let ok = Box::new(BadWords::new([vec![9, 1]]).unwrap());
+        assert_eq!(build(ok, first), Ok(()), "bad words, first {first}");
+        let ok = Box::new(LogitBias::new([(3, 1.0)]).unwrap());
+        assert_eq!(build(ok, first), Ok(()), "bias, first {first}");
     }
 }

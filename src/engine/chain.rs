@@ -55,6 +55,18 @@ pub trait Stage: Send + std::fmt::Debug {
     /// Called by [`Chain::reset`].
     fn reset(&mut self) {}
 
+    /// Checks the stage against the chain's vocabulary, once, when the chain is built
+    /// ([`ChainBuilder::build`]), wherever the stage stands: a stage that names token ids
+    /// refuses one `>= vocab_size` here rather than ignore it after a cut, where the
+    /// candidates no longer show the vocabulary's size. The default accepts any.
+    ///
+    /// # Errors
+    /// [`Error::TokenOutOfRange`] for an id outside the vocabulary, or any other
+    /// [`Error`]; the build returns it unchanged.
+    fn check_vocab(&self, _vocab_size: usize) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// What the engine knows of a built-in stage, so that it can run the stage on its
     /// shared kernels. Not part of the API: a user's stage is always run through
     /// [`apply`](Self::apply).
@@ -482,7 +494,9 @@ impl ChainBuilder {
     /// it; [`Error::EmptyVocabulary`] for a zero vocabulary;
     /// [`Error::InvalidParameter`] for more than 20 logprob alternatives or a vocabulary
     /// beyond the token ids' range; [`Error::TokenOutOfRange`] for a
-    /// [`LogitBias`](crate::LogitBias) stage on an id `>= vocab_size`.
+    /// [`LogitBias`](crate::LogitBias) or [`BadWords`](crate::BadWords) stage on an id
+    /// `>= vocab_size`, wherever it stands (or whatever a stage's [`Stage::check_vocab`]
+    /// returns).
     pub fn build(self) -> Result<Chain, Error> {
         if self.vocab_size == 0 {
             return Err(Error::EmptyVocabulary);
@@ -514,6 +528,9 @@ impl ChainBuilder {
                     });
                 }
             }
+        }
+        for stage in &self.stages {
+            stage.check_vocab(self.vocab_size)?;
         }
         let plan = plan(self.stages, end, self.seed, self.logprobs);
         Ok(Chain {

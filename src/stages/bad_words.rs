@@ -20,8 +20,9 @@ use crate::TokenId;
 ///
 /// - **Default**: no sequences.
 /// - **Edge cases**: a banned id outside the vocabulary gives
-///   [`Error::TokenOutOfRange`] at sampling time (as Hugging Face raises); an empty
-///   sequence is refused when built.
+///   [`Error::TokenOutOfRange`]: when the [`Chain`](crate::Chain) is built, wherever the
+///   stage stands, and at sampling time as a processor (as Hugging Face raises); an
+///   empty sequence is refused when built.
 /// - **Cost**: `O(total sequence length)` per step, no allocation.
 ///
 /// # Example
@@ -93,6 +94,12 @@ impl BadWords {
 impl Stage for BadWords {
     fn name(&self) -> &'static str {
         "bad_words"
+    }
+
+    /// # Errors
+    /// [`Error::TokenOutOfRange`] for a banned (last) id `>= vocab_size`.
+    fn check_vocab(&self, vocab_size: usize) -> Result<(), Error> {
+        self.for_each_banned(&[], vocab_size, |_| {})
     }
 
     fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {

@@ -54,6 +54,20 @@ impl crate::chain::Stage for LogitBias {
     }
 
     /// # Errors
+    /// [`Error::TokenOutOfRange`](crate::Error::TokenOutOfRange) for an id
+    /// `>= vocab_size`.
+    fn check_vocab(&self, vocab_size: usize) -> Result<(), crate::Error> {
+        match self
+            .entries
+            .iter()
+            .find(|(id, _)| *id as usize >= vocab_size)
+        {
+            Some(&(id, _)) => Err(crate::Error::TokenOutOfRange { id, vocab_size }),
+            None => Ok(()),
+        }
+    }
+
+    /// # Errors
     /// [`Error::TokenOutOfRange`](crate::Error::TokenOutOfRange) for an id outside the
     /// vocabulary.
     fn apply(
