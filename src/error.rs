@@ -64,6 +64,16 @@ pub enum Error {
     /// nothing to draw from.
     #[error("no candidate token: every logit is -inf after the adjustments")]
     NoCandidates,
+    /// The buffers for a size within its documented limit could not be allocated (the
+    /// allocator refused, or they exceed the address space). Nothing was changed: the
+    /// sampler, chain or stage that was being built or grown is as before.
+    #[error("cannot allocate room for {value} (the {name} given)")]
+    OutOfMemory {
+        /// The size argument the buffers were for (`vocab_size`, `additional`, ...).
+        name: &'static str,
+        /// The size given.
+        value: usize,
+    },
     /// A configuration file (such as `generation_config.json`) could not be read.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

@@ -186,5 +186,31 @@ pub use xtc::Xtc;
 
 /// A token id: an index into the vocabulary and the logits row.
 pub type TokenId = u32;
+
+/// The largest vocabulary any size argument may name: `u32::MAX` tokens, the range of
+/// [`TokenId`].
+///
+/// Every vocabulary size a caller passes ([`Sampler::new`], [`Chain::builder`],
+/// [`Mirostat::new`], [`grammar::Vocab::from_tokenizer_json`]) is checked against it
+/// before anything is allocated: a larger one is [`Error::InvalidParameter`] naming
+/// `vocab_size` (a [`grammar::GrammarError::InvalidVocab`] for the vocabulary loader).
+/// A size within the limit whose buffers the allocator cannot provide is
+/// [`Error::OutOfMemory`], never an abort.
+pub const MAX_VOCAB_SIZE: usize = TokenId::MAX as usize;
+
+/// Checks a vocabulary size against [`MAX_VOCAB_SIZE`] (and refuses 0).
+pub(crate) fn check_vocab_size(vocab_size: usize) -> Result<(), Error> {
+    if vocab_size == 0 {
+        return Err(Error::EmptyVocabulary);
+    }
+    if vocab_size > MAX_VOCAB_SIZE {
+        return Err(Error::InvalidParameter {
+            name: "vocab_size",
+            value: vocab_size as f64,
+            expected: "at most MAX_VOCAB_SIZE (u32::MAX) tokens",
+        });
+    }
+    Ok(())
+}
 pub mod stop;
 pub use stop::{FinishReason, StopChecker, StopConditions, StopError};

@@ -92,10 +92,11 @@ impl Candidates {
 
     /// Makes room for `n` candidates, so that refilling the set with at most that many
     /// allocates nothing.
-    pub(crate) fn reserve(&mut self, n: usize) {
-        self.ids.reserve(n.saturating_sub(self.ids.len()));
-        self.logits.reserve(n.saturating_sub(self.logits.len()));
-        self.pairs.reserve(n.saturating_sub(self.pairs.len()));
+    pub(crate) fn reserve(&mut self, n: usize) -> Result<(), std::collections::TryReserveError> {
+        use crate::scratch::reserve_total;
+        reserve_total(&mut self.ids, n)?;
+        reserve_total(&mut self.logits, n)?;
+        reserve_total(&mut self.pairs, n)
     }
 
     /// Refills the set with `(id, logit)` pairs already in draw order (finite logits,

@@ -490,17 +490,17 @@ impl ChainBuilder {
     /// Checks the chain (exactly one draw or greedy end, after every stage) and plans it.
     ///
     /// # Errors
+    /// [`Error::EmptyVocabulary`] for a zero vocabulary; [`Error::InvalidParameter`]
+    /// naming `vocab_size` for a vocabulary beyond
+    /// [`MAX_VOCAB_SIZE`](crate::MAX_VOCAB_SIZE) (checked before anything else);
     /// [`Error::InvalidChain`] when the chain has no end, more than one, or a stage after
-    /// it; [`Error::EmptyVocabulary`] for a zero vocabulary;
-    /// [`Error::InvalidParameter`] for more than 20 logprob alternatives or a vocabulary
-    /// beyond the token ids' range; [`Error::TokenOutOfRange`] for a
-    /// [`LogitBias`](crate::LogitBias) or [`BadWords`](crate::BadWords) stage on an id
-    /// `>= vocab_size`, wherever it stands (or whatever a stage's [`Stage::check_vocab`]
-    /// returns).
+    /// it; [`Error::InvalidParameter`] for more than 20 logprob alternatives;
+    /// [`Error::TokenOutOfRange`] for a [`LogitBias`](crate::LogitBias) or
+    /// [`BadWords`](crate::BadWords) stage on an id `>= vocab_size`, wherever it stands
+    /// (or whatever a stage's [`Stage::check_vocab`] returns); [`Error::OutOfMemory`]
+    /// when the buffers for `vocab_size` tokens cannot be allocated.
     pub fn build(self) -> Result<Chain, Error> {
-        if self.vocab_size == 0 {
-            return Err(Error::EmptyVocabulary);
-        }
+        crate::check_vocab_size(self.vocab_size)?;
         let end = match (self.ends, self.end) {
             (1, Some(end)) => end,
             (0, _) => return Err(Error::InvalidChain("the chain has no draw at the end")),

@@ -163,19 +163,15 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::EmptyVocabulary`] when `vocab_size == 0`; [`Error::InvalidParameter`] for a
-    /// vocabulary beyond the token ids' range; [`Error::TokenOutOfRange`] for a logit-bias
+    /// vocabulary beyond [`MAX_VOCAB_SIZE`](crate::MAX_VOCAB_SIZE); [`Error::OutOfMemory`]
+    /// when its buffers cannot be allocated; [`Error::TokenOutOfRange`] for a logit-bias
     /// id `>= vocab_size`.
     pub(crate) fn new(plan: Plan, vocab_size: usize) -> Result<Self, Error> {
-        if vocab_size == 0 {
-            return Err(Error::EmptyVocabulary);
-        }
-        if vocab_size > TokenId::MAX as usize {
-            return Err(Error::InvalidParameter {
-                name: "vocab_size",
-                value: vocab_size as f64,
-                expected: "at most u32::MAX tokens",
-            });
-        }
+        crate::check_vocab_size(vocab_size)?;
+        let oom = |_| Error::OutOfMemory {
+            name: "vocab_size",
+            value: vocab_size,
+        };
         let Plan {
             params,
             stages,
@@ -193,7 +189,7 @@ impl Engine {
         {
             return Err(Error::TokenOutOfRange { id, vocab_size });
         }
-        let mut scratch = Scratch::new(vocab_size, SPARSE_MAX.min(vocab_size));
+        let mut scratch = Scratch::new(vocab_size, SPARSE_MAX.min(vocab_size)).map_err(oom)?;
         // Room for every patch a step can make: the biased tokens and the penalised ones
         // (at most the window; with no window, `reserve` adds room with the history).
         let window = if params.has_penalties() {
@@ -204,7 +200,8 @@ impl Engine {
         scratch
             .overlay
             .patch
-            .reserve((params.logit_bias().len() + window).min(vocab_size));
+            .try_reserve((params.logit_bias().len().saturating_add(window)).min(vocab_size))
+            .map_err(oom)?;
         let floor = match stages.get(lead).map(|s| s.lowering()) {
             Some(Lowering::Floor(f)) if lead < pre => Some(f),
             _ => None,
@@ -226,21 +223,22 @@ impl Engine {
             cands: Candidates::new(),
             weights: Vec::new(),
         };
-        engine.size_buffers();
+        engine.size_buffers().map_err(oom)?;
         Ok(engine)
     }
 
     /// Sizes the candidate buffers for every token, where the plan uses them, so that no
     /// step allocates whatever the row.
-    fn size_buffers(&mut self) {
+    fn size_buffers(&mut self) -> Result<(), std::collections::TryReserveError> {
         let n = self.vocab_size;
         if self.pre > self.lead {
-            self.dense.reserve(n);
+            self.dense.reserve(n)?;
         }
         if self.group < self.stages.len() || self.pre > self.lead {
-            self.cands.reserve(n);
-            self.weights.reserve(n.saturating_sub(self.weights.len()));
+            self.cands.reserve(n)?;
+            crate::scratch::reserve_total(&mut self.weights, n)?;
         }
+        Ok(())
     }
 
     /// The lowered parameters.
@@ -275,7 +273,8 @@ impl Engine {
         self.stages.insert(self.pre, stage);
         self.pre += 1;
         self.group += 1;
-        self.size_buffers();
+        // Refused room is asked for again, as a typed error, by the next step (`run_dense`).
+        let _ = self.size_buffers();
     }
 
     /// Forgets the history and resets every stateful stage.
@@ -466,6 +465,11 @@ impl Engine {
         mask: Option<&TokenMask>,
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
+        // (Sized when the plan was made; only a processor added later can find it short.)
+        self.size_buffers().map_err(|_| Error::OutOfMemory {
+            name: "vocab_size",
+            value: self.vocab_size,
+        })?;
         let mut dense = std::mem::take(&mut self.dense);
         self.scratch.overlay.clear();
         let r = self.adjust_dense(row, mask, &mut dense).and_then(|()| {

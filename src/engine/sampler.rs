@@ -48,8 +48,10 @@ impl Sampler {
     /// id is never returned.
     ///
     /// # Errors
-    /// [`Error::EmptyVocabulary`] when `vocab_size == 0`; [`Error::TokenOutOfRange`] for a
-    /// logit-bias id `>= vocab_size`.
+    /// [`Error::EmptyVocabulary`] when `vocab_size == 0`; [`Error::InvalidParameter`]
+    /// naming `vocab_size` beyond [`MAX_VOCAB_SIZE`](crate::MAX_VOCAB_SIZE);
+    /// [`Error::OutOfMemory`] when the buffers for `vocab_size` tokens cannot be
+    /// allocated; [`Error::TokenOutOfRange`] for a logit-bias id `>= vocab_size`.
     pub fn new(params: SamplingParams, vocab_size: usize) -> Result<Self, Error> {
         let end = if params.is_greedy() {
             End::Greedy

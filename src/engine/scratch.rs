@@ -1,5 +1,7 @@
 //! [`Scratch`]: the buffers one sampler reuses on every step.
 
+use std::collections::TryReserveError;
+
 use crate::TokenId;
 
 /// Reusable buffers, sized once for a vocabulary and reused by every step, so sampling
@@ -38,23 +40,43 @@ pub(crate) struct Scratch {
 
 impl Scratch {
     /// Buffers for a vocabulary of `vocab_size`, with room for a compact row of
-    /// `compact` tokens.
-    pub(crate) fn new(vocab_size: usize, compact: usize) -> Self {
-        Scratch {
-            compact: Vec::with_capacity(compact),
-            compact_ids: Vec::with_capacity(compact),
-            counts: vec![0; vocab_size],
-            overlay: crate::adjust::Overlay::new(vocab_size),
+    /// `compact` tokens. Every buffer is reserved before any is filled, so a vocabulary
+    /// too large for memory fails before it touches a page.
+    ///
+    /// # Errors
+    /// When the allocator cannot provide a buffer.
+    pub(crate) fn new(vocab_size: usize, compact: usize) -> Result<Self, TryReserveError> {
+        let mut counts = with_capacity(vocab_size)?;
+        let s = Scratch {
+            compact: with_capacity(compact)?,
+            compact_ids: with_capacity(compact)?,
+            cand2: with_capacity(vocab_size)?,
+            weight2: with_capacity(vocab_size)?,
+            cand: with_capacity(vocab_size)?,
+            weight: with_capacity(vocab_size)?,
+            seeds: with_capacity(vocab_size / crate::adjust::BLOCK + 1)?,
+            overlay: crate::adjust::Overlay::try_new(vocab_size)?,
+            counts: Vec::new(),
             spare: Vec::new(),
-            cand2: Vec::with_capacity(vocab_size),
-            weight2: Vec::with_capacity(vocab_size),
-            cand: Vec::with_capacity(vocab_size),
-            weight: Vec::with_capacity(vocab_size),
             hist_count: vec![0; crate::histogram::SLOTS],
             hist_mass: vec![0.0; crate::histogram::SLOTS],
             keys: Vec::new(),
-            seeds: Vec::with_capacity(vocab_size / crate::adjust::BLOCK + 1),
             rest: Vec::new(),
-        }
+        };
+        counts.resize(vocab_size, 0);
+        Ok(Scratch { counts, ..s })
     }
+}
+
+/// An empty vector with room for `n` elements, or the allocator's refusal.
+pub(crate) fn with_capacity<T>(n: usize) -> Result<Vec<T>, TryReserveError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)?;
+    Ok(v)
+}
+
+/// Grows `v` so that it holds `n` elements without reallocating, or the allocator's
+/// refusal (`v` is then unchanged).
+pub(crate) fn reserve_total<T>(v: &mut Vec<T>, n: usize) -> Result<(), TryReserveError> {
+    v.try_reserve(n.saturating_sub(v.len()))
 }

@@ -70,13 +70,21 @@ impl Vocab {
     /// - [`GrammarError::TokenizerJson`] when the text is not JSON or lacks `model.vocab`;
     /// - [`GrammarError::NotByteLevelBpe`] when the model is not BPE, has no `ByteLevel`
     ///   pre-tokenizer or decoder, or a token uses a character outside the byte alphabet;
-    /// - [`GrammarError::InvalidVocab`] when `n_logits` is smaller than the tokenizer or an
+    /// - [`GrammarError::InvalidVocab`] when `n_logits` is smaller than the tokenizer or
+    ///   beyond [`MAX_VOCAB_SIZE`](crate::MAX_VOCAB_SIZE) (checked before anything is
+    ///   allocated), when the slots for `n_logits` tokens cannot be allocated, or when an
     ///   `eos` id is not a special token.
     pub fn from_tokenizer_json(
         json: &str,
         n_logits: usize,
         eos: &[TokenId],
     ) -> Result<Vocab, GrammarError> {
+        if n_logits > crate::MAX_VOCAB_SIZE {
+            return Err(GrammarError::InvalidVocab(format!(
+                "a logits row of {n_logits} slots is beyond MAX_VOCAB_SIZE ({})",
+                crate::MAX_VOCAB_SIZE
+            )));
+        }
         let root = Json::parse(json).map_err(GrammarError::TokenizerJson)?;
         let model = root
             .get("model")
@@ -173,11 +181,26 @@ impl Vocab {
                 slots.len()
             )));
         }
+        // Every slot of the row, and the two vectors they become, are reserved before
+        // any is filled: a row too large for memory is an error, not an abort.
+        let oom = |_| {
+            GrammarError::InvalidVocab(format!(
+                "cannot allocate the {n_logits} token slots of the logits row"
+            ))
+        };
+        slots
+            .try_reserve_exact(n_logits - slots.len())
+            .map_err(oom)?;
+        let mut tokens: Vec<Vec<u8>> = crate::scratch::with_capacity(n_logits).map_err(oom)?;
+        let mut kinds: Vec<TokenKind> = crate::scratch::with_capacity(n_logits).map_err(oom)?;
         slots.resize(n_logits, None);
-        let (tokens, kinds) = slots
+        for (bytes, kind) in slots
             .into_iter()
             .map(|s| s.unwrap_or((Vec::new(), TokenKind::Padding)))
-            .unzip();
+        {
+            tokens.push(bytes);
+            kinds.push(kind);
+        }
         Vocab::new(tokens, kinds, eos.to_vec())
     }
 }

@@ -228,6 +228,7 @@ pub(crate) struct Overlay {
 }
 
 impl Overlay {
+    #[cfg(test)]
     pub(crate) fn new(vocab_size: usize) -> Self {
         Overlay {
             patch: Vec::new(),
@@ -235,6 +236,22 @@ impl Overlay {
             marks: vec![0; vocab_size.div_ceil(32)],
             bulk: false,
         }
+    }
+
+    /// As [`new`](Self::new), or the allocator's refusal: both arrays are reserved
+    /// before either is filled.
+    pub(crate) fn try_new(vocab_size: usize) -> Result<Self, std::collections::TryReserveError> {
+        let (mut slot, mut marks) = (Vec::new(), Vec::new());
+        slot.try_reserve_exact(vocab_size)?;
+        marks.try_reserve_exact(vocab_size.div_ceil(32))?;
+        slot.resize(vocab_size, UNPATCHED);
+        marks.resize(vocab_size.div_ceil(32), 0);
+        Ok(Overlay {
+            patch: Vec::new(),
+            slot,
+            marks,
+            bulk: false,
+        })
     }
 
     /// Forgets every patch.

@@ -58,8 +58,12 @@ impl<S: SequenceSampler> BatchSampler<S> {
     /// With the `rayon` feature the rows are sampled in parallel, with results identical
     /// to the sequential path.
     ///
+    /// An empty batch samples nothing: with an empty block it returns no results,
+    /// whatever `row_len` (0 included).
+    ///
     /// # Errors
-    /// [`Error::LengthMismatch`] when `logits.len() != B * row_len`.
+    /// [`Error::LengthMismatch`] when `logits.len() != B * row_len`, or when `row_len`
+    /// is 0 for a batch that is not empty.
     pub fn sample<T: Logit>(
         &mut self,
         logits: &[T],
@@ -73,6 +77,9 @@ impl<S: SequenceSampler> BatchSampler<S> {
             });
         }
         self.results.clear();
+        if self.samplers.is_empty() {
+            return Ok(&self.results);
+        }
         self.results
             .resize(self.samplers.len(), Err(Error::EmptyVocabulary));
         sample_rows(&mut self.samplers, logits, row_len, &mut self.results);

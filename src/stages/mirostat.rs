@@ -93,13 +93,14 @@ impl Mirostat {
     /// learning rate `eta`, estimating from the top `m` tokens.
     ///
     /// # Errors
-    /// [`Error::InvalidParameter`] unless `tau` and `eta` are finite and `>= 0`,
-    /// `n_vocab >= 1` and `m >= 2`.
+    /// [`Error::InvalidParameter`] unless `tau` and `eta` are finite and `>= 0` and
+    /// `m >= 2`, or naming `vocab_size` when `n_vocab` is beyond
+    /// [`MAX_VOCAB_SIZE`](crate::MAX_VOCAB_SIZE); [`Error::EmptyVocabulary`] when
+    /// `n_vocab == 0`; [`Error::OutOfMemory`] when the truncation's buffer for `n_vocab`
+    /// tokens cannot be allocated.
     pub fn new(n_vocab: usize, tau: f32, eta: f32, m: usize) -> Result<Self, Error> {
         check_tau_eta(tau, eta)?;
-        if n_vocab == 0 {
-            return Err(Error::EmptyVocabulary);
-        }
+        crate::check_vocab_size(n_vocab)?;
         if m < 2 {
             return Err(Error::InvalidParameter {
                 name: "mirostat_m",
@@ -114,7 +115,10 @@ impl Mirostat {
             m,
             mu: 2.0 * f64::from(tau),
             // The truncation may select up to the whole vocabulary.
-            pairs: Vec::with_capacity(n_vocab),
+            pairs: crate::scratch::with_capacity(n_vocab).map_err(|_| Error::OutOfMemory {
+                name: "vocab_size",
+                value: n_vocab,
+            })?,
         })
     }
 

@@ -1,0 +1,96 @@
+//! Every size a caller passes is checked against its documented limit, and a size past
+//! it (or one whose buffers cannot be allocated) is a typed error: nothing here panics or
+//! aborts.
+
+use logits::grammar::{GrammarError, Vocab};
+use logits::{
+    BatchSampler, Chain, Dry, Error, Mirostat, Sampler, SamplingParams, TopK, MAX_VOCAB_SIZE,
+};
+
+/// Vocabulary sizes past [`MAX_VOCAB_SIZE`].
+const HUGE: [usize; 4] = [usize::MAX, 1 << 62, 1 << 33, MAX_VOCAB_SIZE + 1];
+
+fn names_vocab_size(r: Result<impl std::fmt::Debug, Error>) {
+    match r {
+        Err(Error::InvalidParameter {
+            name: "vocab_size", ..
+        }) => {}
+        other => panic!("expected InvalidParameter naming vocab_size, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_vocabulary_limit_is_u32_max() {
+    assert_eq!(MAX_VOCAB_SIZE, u32::MAX as usize);
+}
+
+#[test]
+fn a_chain_past_the_vocabulary_limit_is_refused() {
+    for n in HUGE {
+        names_vocab_size(Chain::builder(n).draw().build());
+        names_vocab_size(Chain::builder(n).greedy().build());
+        names_vocab_size(
+            Chain::builder(n)
+                .stage(Dry::new(0.8, 1.75, 2).unwrap())
+                .stage(TopK::new(40).unwrap())
+                .draw()
+                .build(),
+        );
+        // Checked before the chain's shape: the size is the first thing wrong.
+        names_vocab_size(Chain::builder(n).build());
+    }
+}
+
+#[test]
+fn a_sampler_past_the_vocabulary_limit_is_refused() {
+    for n in HUGE {
+        names_vocab_size(Sampler::new(SamplingParams::default(), n));
+        names_vocab_size(Sampler::new(SamplingParams::greedy(), n));
+    }
+}
+
+#[test]
+fn mirostat_past_the_vocabulary_limit_is_refused() {
+    for n in HUGE {
+        names_vocab_size(Mirostat::new(n, 5.0, 0.1, 100));
+    }
+    assert_eq!(
+        Mirostat::new(0, 5.0, 0.1, 100).unwrap_err(),
+        Error::EmptyVocabulary
+    );
+}
+
+fn tokenizer_json() -> String {
+    r#"{"added_tokens": [{"id": 2, "content": "<eos>", "special": true}],
+        "pre_tokenizer": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}}"#
+        .to_string()
+}
+
+#[test]
+fn a_tokenizer_row_past_the_vocabulary_limit_is_refused() {
+    let json = tokenizer_json();
+    assert_eq!(Vocab::from_tokenizer_json(&json, 8, &[2]).unwrap().len(), 8);
+    for n in HUGE {
+        match Vocab::from_tokenizer_json(&json, n, &[2]) {
+            Err(GrammarError::InvalidVocab(msg)) => assert!(msg.contains("MAX_VOCAB_SIZE")),
+            other => panic!("{n}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn an_empty_batch_samples_nothing() {
+    let mut batch = BatchSampler::<Sampler>::new(vec![]);
+    assert!(batch.sample::<f32>(&[], 0).unwrap().is_empty());
+    assert!(batch.sample::<f32>(&[], 7).unwrap().is_empty());
+    let mut chains = BatchSampler::<Chain>::new(vec![]);
+    assert!(chains.sample::<f32>(&[], 0).unwrap().is_empty());
+    // A batch with rows still refuses a row length of 0.
+    let one = Sampler::new(SamplingParams::default(), 3).unwrap();
+    let mut batch = BatchSampler::new(vec![one]);
+    assert!(matches!(
+        batch.sample::<f32>(&[], 0),
+        Err(Error::LengthMismatch { .. })
+    ));
+}
