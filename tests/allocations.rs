@@ -81,7 +81,7 @@ fn allocations_while_sampling(params: SamplingParams, mask: Option<&TokenMask>) 
     let r16: Vec<bf16> = r.iter().map(|&x| bf16::from_f32(x)).collect();
     let mut s = Sampler::new(params, V).unwrap();
     s.push_prompt(&[1, 2, 3, 4, 5]).unwrap();
-    s.reserve(1000);
+    s.reserve(1000).unwrap();
     for _ in 0..2 {
         match mask {
             Some(m) => s.sample_masked(&r, m).unwrap(),
@@ -232,7 +232,7 @@ fn warm_sampler_does_not_allocate() {
     let r = row();
     for (name, mut chain) in chains {
         chain.push_prompt(&[1, 2, 3, 4, 5]).unwrap();
-        chain.reserve(100);
+        chain.reserve(100).unwrap();
         for _ in 0..3 {
             chain.sample(&r).unwrap();
         }
@@ -250,7 +250,7 @@ fn allocations_while_chaining(mut chain: Chain, mask: Option<&TokenMask>) -> usi
     let r = row();
     let r16: Vec<bf16> = r.iter().map(|&x| bf16::from_f32(x)).collect();
     chain.push_prompt(&[1, 2, 3, 4, 5]).unwrap();
-    chain.reserve(1000);
+    chain.reserve(1000).unwrap();
     for _ in 0..2 {
         match mask {
             Some(m) => chain.sample_masked(&r, m).unwrap(),
@@ -427,4 +427,39 @@ fn warm_probabilities_do_not_allocate() {
         }
     }
     assert!(failures.is_empty(), "allocations: {failures:?}");
+}
+
+/// `reserve(n)` sizes every stage for the next `n` steps, not only the history: DRY
+/// without a window grows its repeat search with the history, and mirostat follows it.
+#[test]
+fn reserve_sizes_every_stage() {
+    let _serial = serial();
+    COUNTED.with(|c| c.set(true));
+    let r = row();
+    // As a chain, and as a sampler's processor.
+    let mut c = chain(vec![
+        Box::new(Dry::new(0.8, 1.75, 2).unwrap()),
+        Box::new(Mirostat::new(V, 5.0, 0.1, 100).unwrap()),
+    ]);
+    c.push_prompt(&[1, 2, 3, 4, 5]).unwrap();
+    c.reserve(1000).unwrap();
+    let mut s = Sampler::new(SamplingParams::default(), V).unwrap();
+    s.add_processor(Box::new(Dry::new(0.8, 1.75, 2).unwrap()));
+    s.push_prompt(&[1, 2, 3, 4, 5]).unwrap();
+    s.reserve(1000).unwrap();
+    for _ in 0..2 {
+        c.sample(&r).unwrap();
+        s.sample(&r).unwrap();
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..30 {
+        c.sample(&r).unwrap();
+    }
+    let chained = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..30 {
+        s.sample(&r).unwrap();
+    }
+    let sampled = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!((chained, sampled), (0, 0), "allocations (chain, sampler)");
 }

@@ -812,7 +812,7 @@ fn a_history_of_ten_million_tokens_is_linear() {
         params.to_builder().penalty_window(1_000).build().unwrap(),
         VOCAB,
     );
-    g.reserve(N);
+    g.reserve(N).unwrap();
     for i in 0..N as u32 {
         g.accept(i % VOCAB as u32).unwrap();
     }

@@ -94,3 +94,88 @@ fn an_empty_batch_samples_nothing() {
         Err(Error::LengthMismatch { .. })
     ));
 }
+
+fn sampler() -> Sampler {
+    let params = SamplingParams::builder()
+        .repetition_penalty(1.1)
+        .seed(3)
+        .build()
+        .unwrap();
+    let mut s = Sampler::new(params, 4).unwrap();
+    s.add_processor(Box::new(Dry::new(0.8, 1.75, 2).unwrap()));
+    s.push_prompt(&[1, 2, 1]).unwrap();
+    s
+}
+
+fn chain() -> Chain {
+    let mut c = Chain::builder(4)
+        .stage(Dry::new(0.8, 1.75, 2).unwrap())
+        .stage(Mirostat::new(4, 5.0, 0.1, 100).unwrap())
+        .draw()
+        .seed(3)
+        .build()
+        .unwrap();
+    c.push_prompt(&[1, 2, 1]).unwrap();
+    c
+}
+
+const ROW: [f32; 4] = [1.0, 0.5, 2.0, 0.0];
+
+#[test]
+fn reserve_past_the_history_limit_is_refused() {
+    let (mut s, mut c) = (sampler(), chain());
+    let (mut s2, mut c2) = (sampler(), chain());
+    for n in [
+        usize::MAX,
+        usize::MAX - 2,
+        isize::MAX as usize,
+        isize::MAX as usize / 4,
+    ] {
+        match s.reserve(n) {
+            Err(Error::InvalidParameter {
+                name: "additional", ..
+            }) => {}
+            other => panic!("sampler reserve({n}): {other:?}"),
+        }
+        match c.reserve(n) {
+            Err(Error::InvalidParameter {
+                name: "additional", ..
+            }) => {}
+            other => panic!("chain reserve({n}): {other:?}"),
+        }
+    }
+    // Nothing changed: the same tokens as a sampler and a chain never asked.
+    for _ in 0..5 {
+        assert_eq!(s.sample(&ROW).unwrap(), s2.sample(&ROW).unwrap());
+        assert_eq!(c.sample(&ROW).unwrap(), c2.sample(&ROW).unwrap());
+    }
+    assert_eq!(s.history(), s2.history());
+    assert_eq!(c.history(), c2.history());
+}
+
+#[test]
+fn reserve_beyond_memory_is_out_of_memory() {
+    let (mut s, mut c) = (sampler(), chain());
+    // Within the limit (the history's bytes fit `isize::MAX`), but no allocator has it.
+    let n = isize::MAX as usize / 4 - 16;
+    assert_eq!(
+        s.reserve(n).unwrap_err(),
+        Error::OutOfMemory {
+            name: "additional",
+            value: n
+        }
+    );
+    assert_eq!(
+        c.reserve(n).unwrap_err(),
+        Error::OutOfMemory {
+            name: "additional",
+            value: n
+        }
+    );
+    s.reserve(1000).unwrap();
+    c.reserve(1000).unwrap();
+    s.sample(&ROW).unwrap();
+    c.sample(&ROW).unwrap();
+    assert_eq!(s.history().generated().len(), 1);
+    assert_eq!(c.history().generated().len(), 1);
+}

@@ -15,7 +15,7 @@ fn chi_square(params: SamplingParams, row: &[f32]) -> (f64, usize) {
     let mut counts = vec![0u64; row.len()];
     // One sequence, 100,000 draws: step n uses the uniform of (seed, n).
     let mut s = Sampler::new(params, row.len()).unwrap();
-    s.reserve(100_000);
+    s.reserve(100_000).unwrap();
     const N: u64 = 100_000;
     for _ in 0..N {
         counts[s.sample(row).unwrap().token as usize] += 1;

@@ -67,6 +67,19 @@ pub trait Stage: Send + std::fmt::Debug {
         Ok(())
     }
 
+    /// Makes room for a history of `history_len` tokens in all, so that
+    /// [`apply`](Self::apply) allocates nothing until the history is that long. Called by
+    /// [`Chain::reserve`] and [`Sampler::reserve`](crate::Sampler::reserve); a stage
+    /// whose buffers grow with the history (DRY without a window) sizes them here. The
+    /// default does nothing.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the room cannot be allocated (reported to the caller
+    /// as naming `additional`), or any other [`Error`], which the caller gets unchanged.
+    fn reserve(&mut self, _history_len: usize) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// What the engine knows of a built-in stage, so that it can run the stage on its
     /// shared kernels. Not part of the API: a user's stage is always run through
     /// [`apply`](Self::apply).
@@ -254,10 +267,17 @@ impl Chain {
         self.engine.seq.view()
     }
 
-    /// Reserves room for `additional` more history tokens, so that no later step
-    /// allocates.
-    pub fn reserve(&mut self, additional: usize) {
-        self.engine.reserve(additional);
+    /// Reserves room for `additional` more history tokens, so that the next
+    /// `additional` steps allocate nothing: in the history, the penalties' patches and
+    /// every stage's buffers ([`Stage::reserve`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `additional` when the history would hold more
+    /// than `isize::MAX / 4` tokens in all (the most a `Vec` of token ids can);
+    /// [`Error::OutOfMemory`] when the room cannot be allocated; whatever a stage's
+    /// [`Stage::reserve`] returns. The history is unchanged either way.
+    pub fn reserve(&mut self, additional: usize) -> Result<(), Error> {
+        self.engine.reserve(additional)
     }
 
     /// Forgets the history and resets every stateful stage.

@@ -66,6 +66,10 @@ const SPARSE_MAX: usize = MIN_P_NEAR;
 /// 1,025 allowed, so the compact row is kept for the masks that allow the fewest.
 const SPARSE_MAX_SELECT: usize = 1024;
 
+/// The longest history [`Engine::reserve`] makes room for: as many token ids as a `Vec`
+/// can hold (`isize::MAX` bytes).
+pub(crate) const MAX_HISTORY: usize = isize::MAX as usize / std::mem::size_of::<TokenId>();
+
 /// What to do with the adjusted row.
 #[derive(Debug)]
 enum Goal<'a> {
@@ -283,15 +287,44 @@ impl Engine {
         self.stages.iter_mut().for_each(|s| s.reset());
     }
 
-    /// Reserves room for `additional` more history tokens, so that no later step
-    /// allocates.
-    pub(crate) fn reserve(&mut self, additional: usize) {
-        self.seq.reserve(additional);
+    /// Reserves room for `additional` more history tokens, in the history, the penalties'
+    /// patches and every stage ([`Stage::reserve`]), so that the next `additional` steps
+    /// allocate nothing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `additional` when the history would pass
+    /// [`MAX_HISTORY`]; [`Error::OutOfMemory`] when the room cannot be allocated; any
+    /// other error a stage's `reserve` returns.
+    pub(crate) fn reserve(&mut self, additional: usize) -> Result<(), Error> {
+        let len = self.seq.view().tokens().len();
+        let total = match len.checked_add(additional) {
+            Some(total) if total <= MAX_HISTORY => total,
+            _ => {
+                return Err(Error::InvalidParameter {
+                    name: "additional",
+                    value: additional as f64,
+                    expected: "a history of at most isize::MAX / 4 tokens in all",
+                })
+            }
+        };
+        let oom = Error::OutOfMemory {
+            name: "additional",
+            value: additional,
+        };
+        self.seq.reserve(additional).map_err(|_| oom.clone())?;
         if self.params.has_penalties() && self.params.penalty_window().is_none() {
-            let most = self.params.logit_bias().len() + self.seq.view().tokens().len() + additional;
+            let most = self.params.logit_bias().len().saturating_add(total);
             let patch = &mut self.scratch.overlay.patch;
-            patch.reserve(most.min(self.vocab_size).saturating_sub(patch.len()));
+            crate::scratch::reserve_total(patch, most.min(self.vocab_size))
+                .map_err(|_| oom.clone())?;
         }
+        for stage in &mut self.stages {
+            match stage.reserve(total) {
+                Err(Error::OutOfMemory { .. }) => return Err(oom),
+                r => r?,
+            }
+        }
+        Ok(())
     }
 
     /// Samples the next token, with the uniform `u` or the sequence's own, and appends it

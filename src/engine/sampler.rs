@@ -120,10 +120,17 @@ impl Sampler {
         self.engine.reset();
     }
 
-    /// Reserves room for `additional` more history tokens, so that no later step
-    /// allocates.
-    pub fn reserve(&mut self, additional: usize) {
-        self.engine.reserve(additional);
+    /// Reserves room for `additional` more history tokens, so that the next
+    /// `additional` steps allocate nothing: in the history, the penalties' patches and
+    /// every processor's buffers ([`Stage::reserve`](crate::Stage::reserve)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `additional` when the history would hold more
+    /// than `isize::MAX / 4` tokens in all (the most a `Vec` of token ids can);
+    /// [`Error::OutOfMemory`] when the room cannot be allocated. The history is
+    /// unchanged either way.
+    pub fn reserve(&mut self, additional: usize) -> Result<(), Error> {
+        self.engine.reserve(additional)
     }
 
     /// The sequence's tokens so far.

@@ -121,8 +121,11 @@ impl Sequence {
         self.prompt_len = 0;
     }
 
-    pub(crate) fn reserve(&mut self, additional: usize) {
-        self.tokens.reserve(additional);
+    pub(crate) fn reserve(
+        &mut self,
+        additional: usize,
+    ) -> Result<(), std::collections::TryReserveError> {
+        self.tokens.try_reserve(additional)
     }
 }
 

@@ -69,7 +69,9 @@ fn pow_exact(base: f64, mut e: usize) -> f64 {
 /// - **Edge cases**: `n <= allowed_length`: nothing penalised; `multiplier = 0` or a
 ///   `0` window: off; a token id beyond the row is ignored.
 /// - **Cost**: `O(n)` per step (the reverse Z-algorithm), plus a sort of the hits; no
-///   allocation once the buffers have grown to the window.
+///   allocation once the buffers have grown to the window, or, without a window, to
+///   the history that [`Chain::reserve`](crate::Chain::reserve) or
+///   [`Sampler::reserve`](crate::Sampler::reserve) made room for.
 ///
 /// # Example
 /// ```
@@ -139,6 +141,19 @@ impl Dry {
             s.hits.reserve(reserve);
         }
         self
+    }
+
+    /// Sizes the scratch buffers for a history of `history_len` tokens (the window's
+    /// length at most).
+    fn reserve_for(&mut self, history_len: usize) -> Result<(), Error> {
+        let n = self.window.map_or(history_len, |w| w.min(history_len));
+        let s = self.scratch.get_mut().unwrap_or_else(|e| e.into_inner());
+        let oom = |_| Error::OutOfMemory {
+            name: "history_len",
+            value: history_len,
+        };
+        crate::scratch::reserve_total(&mut s.z, n).map_err(oom)?;
+        crate::scratch::reserve_total(&mut s.hits, n).map_err(oom)
     }
 
     /// The sequence breakers, as token-id sequences. Replaces any earlier list.
@@ -259,6 +274,15 @@ impl Stage for Dry {
         "dry"
     }
 
+    /// Sizes the buffers of the repeat search for `history_len` tokens (the window's
+    /// length at most).
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when they cannot be allocated.
+    fn reserve(&mut self, history_len: usize) -> Result<(), Error> {
+        self.reserve_for(history_len)
+    }
+
     fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
         let mut scratch = std::mem::take(self.scratch.get_mut().unwrap_or_else(|e| e.into_inner()));
         self.find(ctx.history.tokens(), &mut scratch);
@@ -276,6 +300,14 @@ impl Stage for Dry {
 }
 
 impl LogitsProcessor for Dry {
+    /// As [`Stage::reserve`] for `Dry`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the buffers cannot be allocated.
+    fn reserve(&mut self, history_len: usize) -> Result<(), Error> {
+        self.reserve_for(history_len)
+    }
+
     fn process(&mut self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error> {
         let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         self.find(history.tokens(), &mut scratch);

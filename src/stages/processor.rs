@@ -50,6 +50,17 @@ pub trait LogitsProcessor: Send + std::fmt::Debug {
     /// # Errors
     /// Any [`Error`]; it is returned from the sampling call unchanged.
     fn process(&mut self, logits: &mut [f32], history: &History<'_>) -> Result<(), Error>;
+
+    /// Makes room for a history of `history_len` tokens in all, so that
+    /// [`process`](Self::process) allocates nothing until the history is that long; as
+    /// [`Stage::reserve`], which the processor's stage forwards here. The default does
+    /// nothing.
+    ///
+    /// # Errors
+    /// As [`Stage::reserve`].
+    fn reserve(&mut self, _history_len: usize) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// A [`LogitsProcessor`] as a [`Stage`]: how a [`Sampler`](crate::Sampler) runs its
@@ -81,6 +92,10 @@ impl ProcessorStage {
 impl Stage for ProcessorStage {
     fn name(&self) -> &'static str {
         "processor"
+    }
+
+    fn reserve(&mut self, history_len: usize) -> Result<(), Error> {
+        self.processor.reserve(history_len)
     }
 
     fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
