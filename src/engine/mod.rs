@@ -70,6 +70,22 @@ const SPARSE_MAX_SELECT: usize = 1024;
 /// can hold (`isize::MAX` bytes).
 pub(crate) const MAX_HISTORY: usize = isize::MAX as usize / std::mem::size_of::<TokenId>();
 
+/// A floor stage's first-stage cut.
+#[derive(Clone, Copy, Debug)]
+enum FloorCut {
+    /// The survivors are in `cands`, in draw order.
+    Done,
+    /// More than [`FLOOR_DIRECT`] survivors and none within the band: the first cut
+    /// group keeps the tokens whose scaled logit is at least `ln`, as min-p would.
+    Crowded { ln: f64 },
+    /// A token within the band, or a case the fast statistic leaves to the stage.
+    Undecided,
+}
+
+/// A floor stage collects and sorts its survivors itself when there are at most this
+/// many; beyond, the first cut group takes them through the histogram.
+const FLOOR_DIRECT: usize = 4096;
+
 /// What to do with the adjusted row.
 #[derive(Debug)]
 enum Goal<'a> {
@@ -151,6 +167,9 @@ pub(crate) struct Engine {
     /// The first stage after the bias and penalties, when it keeps the tokens above a
     /// floor that a whole-row statistic decides (see [`Engine::run_floor`]).
     floor: Option<Floor>,
+    /// The threshold on the scaled logit that a floor stage decided for this step, when
+    /// the first cut group applies it (see [`Engine::run_floor`]).
+    floor_ln: Option<f64>,
     pub(crate) seq: Sequence,
     rng: DrawRng,
     scratch: Scratch,
@@ -212,6 +231,7 @@ impl Engine {
         };
         let mut engine = Engine {
             floor,
+            floor_ln: None,
             rng: DrawRng::new(params.seed()),
             params,
             vocab_size,
@@ -537,26 +557,56 @@ impl Engine {
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
         self.build_patches(row, mask);
-        let decided = self.floor_cut(row, rule);
-        self.scratch.overlay.clear();
-        if !matches!(decided, Ok(true)) {
-            return self.run_dense(row, mask, goal);
+        match self.floor_cut(row, rule) {
+            Ok(FloorCut::Done) => {
+                self.scratch.overlay.clear();
+                let mut c = std::mem::take(&mut self.cands);
+                let r = self.finish_set(row, &mut c, self.lead + 1, goal);
+                self.cands = c;
+                r
+            }
+            Ok(FloorCut::Crowded { ln }) => {
+                // The first cut group takes the floor as its min-p threshold, on the row
+                // in place (the histogram, for many survivors).
+                self.floor_ln = Some(ln);
+                let r = self.finish(row, row, None, goal);
+                self.floor_ln = None;
+                self.scratch.overlay.clear();
+                r
+            }
+            Ok(FloorCut::Undecided) | Err(_) => {
+                self.scratch.overlay.clear();
+                self.run_dense(row, mask, goal)
+            }
         }
-        let mut c = std::mem::take(&mut self.cands);
-        let r = self.finish_set(row, &mut c, self.lead + 1, goal);
-        self.cands = c;
-        r
+    }
+
+    /// True when a floor stage's survivors can be left to the first cut group: the
+    /// group right after it is the rest of the chain and cuts nothing itself, the stage
+    /// keeps at least its best token, and the group's temperature holds for the
+    /// histogram.
+    fn floor_to_group(&self, rule: Floor) -> bool {
+        let p = &self.params;
+        rule.keep() == 1
+            && self.pre == self.lead + 1
+            && self.group == self.stages.len()
+            && self.draw_temperature.is_none()
+            && p.top_k().is_none()
+            && p.top_p() >= 1.0
+            && p.min_p() <= 0.0
+            && (p.is_greedy() || histogram::f32_weights_hold(p.temperature()))
     }
 
     /// The survivors of the floor stage `rule` on `row` under `scratch.overlay`, into
     /// `cands` in draw order at temperature 1; false when the fast statistic cannot
     /// decide (see [`run_floor`](Self::run_floor)).
-    fn floor_cut<T: Logit>(&mut self, row: &[T], rule: Floor) -> Result<bool, Error> {
+    fn floor_cut<T: Logit>(&mut self, row: &[T], rule: Floor) -> Result<FloorCut, Error> {
+        let to_group = self.floor_to_group(rule);
         let s = &mut self.scratch;
         let ov = &s.overlay;
         let max = adjusted_max(row, ov)?;
         if max == f32::NEG_INFINITY {
-            return Ok(false);
+            return Ok(FloorCut::Undecided);
         }
         let (n, marks) = (row.len(), ov.marked());
         let band = match rule {
@@ -588,7 +638,7 @@ impl Engine {
             }
         };
         let Some((lo, hi)) = band else {
-            return Ok(false);
+            return Ok(FloorCut::Undecided);
         };
         // Every token with `l >= lo`: the buckets up to that of `lo` rounded down to
         // `f32` (bucket order is logit order, so this is a prefix of the draw order).
@@ -604,7 +654,32 @@ impl Engine {
         } else {
             LAST
         };
-        crate::simd::collect(row, ov, frame, 0, last, usize::MAX, &mut s.cand);
+        let cap = if to_group { FLOOR_DIRECT } else { usize::MAX };
+        if !crate::simd::collect(row, ov, frame, 0, last, cap, &mut s.cand) {
+            // Many survivors: the group cuts at the floor, provided that no token lies
+            // within the band, which the band's own buckets show, and that the best
+            // token is kept.
+            let up = |x: f64| {
+                let y = x as f32;
+                if f64::from(y) < x {
+                    y.next_up()
+                } else {
+                    y
+                }
+            };
+            let (k_hi, k_lo) = (histogram::key(up(hi), frame) as usize, last);
+            if f64::from(max) < hi || k_hi > k_lo {
+                return Ok(FloorCut::Undecided);
+            }
+            crate::simd::collect(row, ov, frame, k_hi, k_lo, usize::MAX, &mut s.cand2);
+            if s.cand2.iter().any(|c| (lo..hi).contains(&f64::from(c.0))) {
+                return Ok(FloorCut::Undecided);
+            }
+            let t = f64::from(self.params.temperature());
+            let mid = 0.5 * (lo + hi);
+            let ln = (mid - f64::from(max)) / if self.params.is_greedy() { 1.0 } else { t };
+            return Ok(FloorCut::Crowded { ln });
+        }
         // (Top-n-sigma's floor is never above the maximum.)
         let at_max = matches!(rule, Floor::TopNSigma { .. });
         let n_lo = s.cand.partition_point(|c| f64::from(c.0) >= lo);
@@ -613,7 +688,7 @@ impl Engine {
             .partition_point(|c| f64::from(c.0) >= hi || (at_max && c.0 == max));
         if n_hi < n_lo {
             // A token within the band.
-            return Ok(false);
+            return Ok(FloorCut::Undecided);
         }
         let keep = rule.keep();
         let mut kept = n_hi;
@@ -628,19 +703,19 @@ impl Engine {
             // Every token at or above the `keep`-th largest.
             if s.cand.len() < keep {
                 if keep > 1 {
-                    return Ok(false);
+                    return Ok(FloorCut::Undecided);
                 }
                 crate::simd::collect(row, ov, frame, 0, 0, usize::MAX, &mut s.cand);
             }
             let Some(&(kth, _)) = s.cand.get(keep - 1) else {
-                return Ok(false);
+                return Ok(FloorCut::Undecided);
             };
             kept = s.cand.partition_point(|c| c.0 >= kth);
         }
         s.cand.truncate(kept);
         self.cands
             .reset_sorted(s.cand.iter().map(|&(l, id)| (id, l)), 1.0);
-        Ok(true)
+        Ok(FloorCut::Done)
     }
 
     /// The most allowed tokens a mask may have to be read as a compact row: [`SPARSE_MAX`],
@@ -1191,6 +1266,7 @@ impl Engine {
     /// `None` when `precise` is false and a top-p decision fell within the error bound of
     /// the fast weights.
     fn cut<U: Logit>(&mut self, adj: &[U], precise: bool) -> Result<Option<Survivors>, Error> {
+        let floor_ln = self.floor_ln;
         let p = &self.params;
         let keep = p.min_tokens_to_keep();
         let s = &mut self.scratch;
@@ -1204,6 +1280,9 @@ impl Engine {
             return Ok(Some(Survivors::Greedy(id)));
         }
         let (t, top_p, min_p) = (p.temperature(), p.top_p(), p.min_p());
+        // Min-p's threshold on the scaled logit, `ln(min_p)`, or the floor a first stage
+        // decided (see [`Engine::run_floor`]).
+        let ln_min = floor_ln.or_else(|| (min_p > 0.0).then(|| f64::from(min_p).ln()));
         // At an extreme temperature (subnormal, or above 1e30) the histogram's `f32` keys
         // and weights lose their meaning: every finite token is sorted instead.
         let sort_all = !histogram::f32_weights_hold(t);
@@ -1226,8 +1305,8 @@ impl Engine {
                     n = len.max(keep).min(n);
                 }
             }
-            if min_p > 0.0 {
-                let m = above_min_p(&s.cand[..n], max, t, min_p);
+            if let Some(lm) = ln_min {
+                let m = above_ln(&s.cand[..n], max, t, lm);
                 n = m.max(keep).min(n);
             }
             let total = s.weight[..n].iter().sum();
@@ -1235,9 +1314,9 @@ impl Engine {
         }
         // Min-p alone on an untouched row: one pass finds the maximum and the tokens near
         // it; when they are few, sort them and cut exactly.
-        if top_p >= 1.0 && min_p > 0.0 && s.overlay.marked().is_none() {
+        if let (true, Some(lm), None) = (top_p >= 1.0, ln_min, s.overlay.marked()) {
             // In logit units, with a margin of a sixteenth of a nat for rounding.
-            let width = (f64::from(t) * (f64::from(min_p).ln() - 1.0 / 16.0)) as f32;
+            let width = (f64::from(t) * (lm - 1.0 / 16.0)) as f32;
             if let Some(max) = select::near_max(adj, width, MIN_P_NEAR, &mut s.cand)? {
                 if max == f32::NEG_INFINITY {
                     return Err(Error::NoCandidates);
@@ -1245,11 +1324,11 @@ impl Engine {
                 // Every token above `floor` was collected (the threshold only rose
                 // towards it); tokens at `floor` exactly may be missing, so drop them.
                 let floor = max + width;
-                let margin_ok = (f64::from(floor) - f64::from(max)) / f64::from(t)
-                    < f64::from(min_p).ln() - 1.0 / 32.0;
+                let margin_ok =
+                    (f64::from(floor) - f64::from(max)) / f64::from(t) < lm - 1.0 / 32.0;
                 s.cand.retain(|&(l, _)| l > floor);
                 s.cand.sort_unstable_by(select::order);
-                let m = above_min_p(&s.cand, max, t, min_p);
+                let m = above_ln(&s.cand, max, t, lm);
                 let n = m.max(keep);
                 // (Every token above `floor` is here, in order, so these are also the
                 // `keep` best when there are that many.)
@@ -1332,8 +1411,8 @@ impl Engine {
                 };
                 if let Some(n_p) = n_p {
                     let mut n = n_p.max(keep).min(s.cand.len());
-                    if min_p > 0.0 {
-                        let m = above_min_p(&s.cand[..n], max, t, min_p);
+                    if let Some(lm) = ln_min {
+                        let m = above_ln(&s.cand[..n], max, t, lm);
                         n = n.min(m.max(keep)).min(s.cand.len());
                     }
                     s.cand.truncate(n);
@@ -1376,13 +1455,8 @@ impl Engine {
             return Err(Error::NoCandidates);
         }
         let f = Frame::new(max, t);
-        let ln_min_p = f64::from(min_p).ln();
-        let key_thr = if min_p > 0.0 {
-            histogram::bucket_of(ln_min_p)
-        } else {
-            LAST
-        };
-        let need_total = top_p < 1.0 || min_p <= 0.0;
+        let key_thr = ln_min.map_or(LAST, histogram::bucket_of);
+        let need_total = top_p < 1.0 || ln_min.is_none();
         if !need_total {
             // Min-p alone needs no total: when few tokens come near the threshold (a
             // peaked row), take them all in one pass, sort them and cut exactly. (The
@@ -1391,7 +1465,7 @@ impl Engine {
             // the buckets' masses and the other the sorted sum.)
             let hi = (key_thr + 1).min(LAST);
             if crate::simd::collect(adj, ov, f, 0, hi, MIN_P_DIRECT, &mut s.cand) {
-                let m = above_min_p(&s.cand, max, t, min_p);
+                let m = above_ln(&s.cand, max, t, ln_min.unwrap_or(f64::NEG_INFINITY));
                 // (The tokens of buckets 0..=hi are the top ones, in order, so they
                 // also hold the `keep` best when there are that many.)
                 let n = m.max(keep);
@@ -1426,7 +1500,7 @@ impl Engine {
                 .map(|b| histogram::error_bound(b, s.hist_count[b], s.hist_mass[b], f))
                 .sum()
         };
-        if top_p >= 1.0 && min_p <= 0.0 {
+        if top_p >= 1.0 && ln_min.is_none() {
             return Ok(Some(Survivors::Hist {
                 lo: BUCKETS,
                 n: 0,
@@ -1440,7 +1514,7 @@ impl Engine {
         } else {
             LAST
         };
-        let (b_m_lo, b_m_hi) = if min_p > 0.0 {
+        let (b_m_lo, b_m_hi) = if ln_min.is_some() {
             (key_thr.saturating_sub(1), (key_thr + 1).min(LAST))
         } else {
             (LAST, LAST)
@@ -1480,8 +1554,8 @@ impl Engine {
             };
             n = n.min((before + n_p).max(keep));
         }
-        if min_p > 0.0 {
-            let m = above_min_p(&s.cand, max, t, min_p);
+        if let Some(lm) = ln_min {
+            let m = above_ln(&s.cand, max, t, lm);
             n = n.min((before + m).max(keep));
         }
         let n = n.saturating_sub(before).min(len);
@@ -1889,11 +1963,11 @@ fn beyond_reach(
 }
 
 /// How many of the leading candidates `cand` (in [`select::order`]) min-p keeps: those
-/// with `(l - max) / T >= ln(min_p)`, in `f64`.
-fn above_min_p(cand: &[(f32, TokenId)], max: f32, t: f32, min_p: f32) -> usize {
-    let ln_min_p = f64::from(min_p).ln();
+/// with `(l - max) / T >= ln_min`, in `f64` (min-p's `ln(min_p)`, or a first stage's
+/// floor).
+fn above_ln(cand: &[(f32, TokenId)], max: f32, t: f32, ln_min: f64) -> usize {
     cand.iter()
-        .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min_p)
+        .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min)
         .count()
 }
 
@@ -2005,13 +2079,36 @@ mod tests {
                 let Lowering::Floor(rule) = e.stages[0].lowering() else {
                     panic!("a floor stage lowers to a floor");
                 };
-                assert!(
-                    e.floor_cut(&row[..], rule).unwrap(),
-                    "{rule:?}, scale {scale}"
-                );
-                assert!(!e.cands.is_empty());
+                match e.floor_cut(&row[..], rule).unwrap() {
+                    FloorCut::Done => assert!(!e.cands.is_empty()),
+                    FloorCut::Crowded { ln } => assert!(ln < 0.0, "{rule:?}: {ln}"),
+                    FloorCut::Undecided => panic!("{rule:?}, scale {scale}: undecided"),
+                }
             }
         }
+    }
+
+    /// Eta on a flat row keeps most of it: the first cut group takes the floor, through
+    /// the histogram, instead of a sort of every survivor.
+    #[test]
+    fn a_crowded_floor_goes_to_the_cut_group() {
+        let mut x = 0x0bad_cafe_f00d_d00du64;
+        let n = 151_936;
+        let row = crate::test_rows::uniform_row(&mut x, n, 0.5, 101, 7);
+        let mut chain = crate::Chain::builder(n)
+            .stage(crate::EtaCutoff::new(3e-4).unwrap())
+            .stage(crate::Temperature::new(0.8).unwrap())
+            .draw()
+            .build()
+            .unwrap();
+        let e = &mut chain.engine;
+        let Lowering::Floor(rule) = e.stages[0].lowering() else {
+            panic!("a floor stage lowers to a floor");
+        };
+        assert!(matches!(
+            e.floor_cut(&row[..], rule),
+            Ok(FloorCut::Crowded { .. })
+        ));
     }
 
     /// The estimate from the seeds sends a flat row's top-p to the histogram, and keeps
