@@ -609,17 +609,33 @@ impl Engine {
             return Ok(FloorCut::Undecided);
         }
         let (n, marks) = (row.len(), ov.marked());
+        // `Some(a)` once `scratch.cand` holds every unmarked token `>= a`.
+        let mut collected = None;
         let band = match rule {
             Floor::Epsilon { .. } | Floor::Mirostat { .. } => {
-                let (z, err) = crate::simd::row_mass(row, marks, max, 1.0, f32::INFINITY);
-                let zp: f64 = ov.patch.iter().map(|p| scaled(p.1, max, 1.0).exp()).sum();
-                // (The patches' `f64` weights within a few ulps.)
-                let err = err + 8.0 * crate::stats::U64 * zp;
                 let cut = match rule {
                     Floor::Epsilon { epsilon, .. } => f64::from(epsilon),
                     Floor::Mirostat { cut } => cut,
                     _ => unreachable!(),
                 };
+                // A kept token weighs at least `cut` of the total, itself at least the
+                // maximum's weight 1: none lies below `max + ln(cut)`. The mass pass
+                // collects the tokens above that (with a margin) on the way.
+                let above = ((f64::from(max) + cut.ln() - 1e-3) as f32).next_down();
+                let (z, err, all) = crate::simd::row_mass_collect(
+                    row,
+                    marks,
+                    max,
+                    above,
+                    FLOOR_DIRECT,
+                    &mut s.cand,
+                );
+                if all {
+                    collected = Some(above);
+                }
+                let zp: f64 = ov.patch.iter().map(|p| scaled(p.1, max, 1.0).exp()).sum();
+                // (The patches' `f64` weights within a few ulps.)
+                let err = err + 8.0 * crate::stats::U64 * zp;
                 crate::epsilon_cutoff::floor_band(cut, z + zp, err, n, max)
             }
             Floor::Eta { epsilon, .. } => {
@@ -655,7 +671,13 @@ impl Engine {
             LAST
         };
         let cap = if to_group { FLOOR_DIRECT } else { usize::MAX };
-        if !crate::simd::collect(row, ov, frame, 0, last, cap, &mut s.cand) {
+        if let Some(above) = collected.filter(|&a| f64::from(a) <= lo) {
+            // The mass pass took every unmarked token at or above `lo`: add the patches
+            // and put them in draw order.
+            let patches = ov.patch.iter().filter(|p| p.1 >= above);
+            s.cand.extend(patches.map(|&(id, l)| (l, id)));
+            s.cand.sort_unstable_by(select::order);
+        } else if !crate::simd::collect(row, ov, frame, 0, last, cap, &mut s.cand) {
             // Many survivors: the group cuts at the floor, provided that no token lies
             // within the band, which the band's own buckets show, and that the best
             // token is kept.

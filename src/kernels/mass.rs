@@ -32,6 +32,7 @@ use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{exp_neg, exp_neg_f32_with, mul_add, F32_ABS_ERROR, F32_REL_ERROR};
 use crate::mask::BITS;
+use crate::TokenId;
 
 /// `2^-24`, the unit roundoff of `f32`.
 const U32: f64 = 5.960_464_477_539_063e-8;
@@ -70,20 +71,63 @@ pub(crate) fn fast_in<T: Logit, const FUSED: bool>(
         let z = precise(row, marks, max, t, ceiling);
         return (z, z * 1e-14 + row.len() as f64 * 3.4e-308);
     }
+    let none = &mut Vec::new();
     match marks {
-        None => fast_with::<T, false, FUSED>(row, &[], max, t, ceiling),
-        Some(marks) => fast_with::<T, true, FUSED>(row, marks, max, t, ceiling),
+        None => fast_with::<T, false, FUSED, false>(row, &[], max, t, ceiling, 0.0, 0, none),
+        Some(marks) => {
+            fast_with::<T, true, FUSED, false>(row, marks, max, t, ceiling, 0.0, 0, none)
+        }
     }
 }
 
-/// [`fast`], with the test of the marks compiled in or out.
+/// [`fast`] over the whole row at temperature 1, collecting on the way the unmarked
+/// entries `>= above` into `out` (unsorted, in id order) while there are at most `cap`.
+/// Returns the mass, its bound, and whether `out` holds every such entry. With `FUSED`,
+/// as [`fast_in`].
 #[inline(always)]
-fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool>(
+pub(crate) fn fast_collect_in<T: Logit, const FUSED: bool>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    above: f32,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> (f64, f64, bool) {
+    out.clear();
+    let inf = f32::INFINITY;
+    let (z, err) = match marks {
+        None => fast_with::<T, false, FUSED, true>(row, &[], max, 1.0, inf, above, cap, out),
+        Some(m) => fast_with::<T, true, FUSED, true>(row, m, max, 1.0, inf, above, cap, out),
+    };
+    (z, err, out.len() <= cap)
+}
+
+/// [`fast_collect_in`] without fused multiply-adds.
+#[inline(always)]
+pub(crate) fn fast_collect<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    above: f32,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> (f64, f64, bool) {
+    fast_collect_in::<T, false>(row, marks, max, above, cap, out)
+}
+
+/// [`fast`], with the test of the marks compiled in or out, and with `COLLECT` the
+/// collection of [`fast_collect_in`] (which stops once `out` holds more than `cap`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool>(
     row: &[T],
     marks: &[u32],
     max: f32,
     t: f32,
     ceiling: f32,
+    above: f32,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
 ) -> (f64, f64) {
     let inv_t = 1.0 / t;
     // The rounding steps in the argument: the subtraction, and the product unless
@@ -118,6 +162,20 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool>(
             for j in 0..LANES {
                 weight(v[j], m & BITS[j] != 0, &mut zb[j], &mut dev[j]);
             }
+            if COLLECT {
+                let mut hit = false;
+                for x in v {
+                    hit |= x >= above;
+                }
+                if hit && out.len() <= cap {
+                    let base = b * BLOCK + c * LANES;
+                    for j in 0..LANES {
+                        if v[j] >= above && !(MARKS && m & BITS[j] != 0) {
+                            out.push((v[j], (base + j) as TokenId));
+                        }
+                    }
+                }
+            }
         }
         for j in 0..LANES {
             z[j] += f64::from(zb[j]);
@@ -127,8 +185,12 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool>(
     for (j, c) in rem.iter().enumerate() {
         let mut zj = 0.0;
         let skip = MARKS && is_marked(marks, base + j);
-        weight(c.to_f32(), skip, &mut zj, &mut dev[j % LANES]);
+        let v = c.to_f32();
+        weight(v, skip, &mut zj, &mut dev[j % LANES]);
         z[j % LANES] += f64::from(zj);
+        if COLLECT && v >= above && !skip && out.len() <= cap {
+            out.push((v, (base + j) as TokenId));
+        }
     }
     let z: f64 = z.iter().sum();
     let dev: f64 = dev.iter().map(|&d| f64::from(d)).sum();

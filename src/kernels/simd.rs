@@ -294,6 +294,15 @@ dispatch!(
 );
 
 dispatch!(
+    /// [`mass::fast_collect`], on the widest vectors the CPU has (fused multiply-adds in
+    /// the wide copies, as [`row_mass`]).
+    row_mass_collect, row_mass_collect_avx2, row_mass_collect_avx512, mass::fast_collect,
+    mass::fast_collect_in::<T, true>,
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, above: f32, cap: usize,
+          out: &mut Vec<(f32, TokenId)>) -> (f64, f64, bool)
+);
+
+dispatch!(
     /// [`mass::weights_into`], on the widest vectors the CPU has.
     weights_into, weights_into_avx2, weights_into_avx512, mass::weights_into,
     fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, out: &mut [f32]) -> f64
