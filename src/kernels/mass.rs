@@ -382,7 +382,7 @@ mod tests {
             let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
             row[n / 2] = f32::NEG_INFINITY;
             let marks: Vec<u32> = (0..n.div_ceil(32))
-                .map(|w| (w as u32) * 0x0101_0101)
+                .map(|w| (w as u32).wrapping_mul(0x0101_0101))
                 .collect();
             for marks in [None, Some(&marks[..])] {
                 let max = (0..n)
