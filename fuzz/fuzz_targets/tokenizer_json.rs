@@ -107,6 +107,7 @@ fn run(data: &[u8]) -> arbitrary::Result<()> {
                 GrammarError::TokenizerJson(_)
                     | GrammarError::NotByteLevelBpe(_)
                     | GrammarError::InvalidVocab(_)
+                    | GrammarError::DuplicateTokenId { .. }
             ),
             "undocumented {e:?}"
         ),

@@ -47,6 +47,19 @@ pub enum GrammarError {
     /// The parts given to build a [`Vocab`](crate::grammar::Vocab) are inconsistent.
     #[error("invalid vocabulary: {0}")]
     InvalidVocab(String),
+    /// A `tokenizer.json` gives one token id to two different tokens: twice in
+    /// `model.vocab`, twice in `added_tokens`, or to an added token whose content is not
+    /// the text token it would replace. Which one the model was trained with cannot be
+    /// told from the file, so the vocabulary is refused.
+    #[error("token id {id} is given to two different tokens, {first:?} and {second:?}")]
+    DuplicateTokenId {
+        /// The id given twice.
+        id: TokenId,
+        /// The token that had it first, as the file spells it.
+        first: String,
+        /// The token that claimed it again, as the file spells it.
+        second: String,
+    },
     /// A regex, schema or grammar does not parse, or is not well formed.
     #[error("invalid {kind}: {message}")]
     InvalidGrammar {

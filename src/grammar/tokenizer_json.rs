@@ -49,6 +49,54 @@ fn has_byte_level(v: Option<&Json>) -> bool {
     }
 }
 
+/// One token of the file: its string as written, its bytes and its kind.
+#[derive(Clone)]
+struct Slot<'a> {
+    text: &'a str,
+    bytes: Vec<u8>,
+    kind: TokenKind,
+}
+
+impl Slot<'_> {
+    /// Whether two entries for one id name the same token: the same string as written
+    /// (a `model.vocab` key repeated, or an added token spelled as in `model.vocab`), or
+    /// the same bytes (an added token whose content is the text token's decoded bytes,
+    /// as GPT-2's `<|endoftext|>`).
+    fn same_token(&self, other: &Slot<'_>) -> bool {
+        self.text == other.text || self.bytes == other.bytes
+    }
+}
+
+/// Puts `slot` at `id`. Ids are checked against the row before any slot is allocated,
+/// so a hostile id near `u32::MAX` is an error, not a huge allocation.
+fn put<'a>(
+    slots: &mut Vec<Option<Slot<'a>>>,
+    n_logits: usize,
+    id: TokenId,
+    slot: Slot<'a>,
+) -> Result<(), GrammarError> {
+    let i = id as usize;
+    if i >= n_logits {
+        return Err(GrammarError::InvalidVocab(format!(
+            "token id {id} does not fit the logits row of {n_logits} slots"
+        )));
+    }
+    if slots.len() <= i {
+        slots.resize(i + 1, None);
+    }
+    if let Some(old) = &slots[i] {
+        if !old.same_token(&slot) {
+            return Err(GrammarError::DuplicateTokenId {
+                id,
+                first: old.text.to_owned(),
+                second: slot.text.to_owned(),
+            });
+        }
+    }
+    slots[i] = Some(slot);
+    Ok(())
+}
+
 fn to_id(v: &Json, what: &str) -> Result<TokenId, GrammarError> {
     v.as_u64()
         .and_then(|n| TokenId::try_from(n).ok())
@@ -66,6 +114,10 @@ impl Vocab {
     /// Every added token is [`TokenKind::Special`], including those the file does not mark
     /// special; see the [module documentation](crate::grammar) for why.
     ///
+    /// Each id names one token. A file that gives an id to two different tokens is
+    /// refused rather than resolved by whichever entry comes last, since the model was
+    /// trained with one of them and the loader cannot tell which.
+    ///
     /// # Errors
     /// - [`GrammarError::TokenizerJson`] when the text is not JSON or lacks `model.vocab`;
     /// - [`GrammarError::NotByteLevelBpe`] when the model is not BPE, has no `ByteLevel`
@@ -73,7 +125,13 @@ impl Vocab {
     /// - [`GrammarError::InvalidVocab`] when `n_logits` is smaller than the tokenizer or
     ///   beyond [`MAX_VOCAB_SIZE`](crate::MAX_VOCAB_SIZE) (checked before anything is
     ///   allocated), when the slots for `n_logits` tokens cannot be allocated, or when an
-    ///   `eos` id is not a special token.
+    ///   `eos` id is not a special token;
+    /// - [`GrammarError::DuplicateTokenId`] when one id is given to two different tokens:
+    ///   twice in `model.vocab`, twice in `added_tokens`, or to an added token whose
+    ///   content is not the text token's. An added token that repeats a text token's
+    ///   id with the same content (spelled as in `model.vocab`, or as its decoded
+    ///   bytes, like GPT-2's `<|endoftext|>`) is the same token: it is accepted and
+    ///   becomes special.
     pub fn from_tokenizer_json(
         json: &str,
         n_logits: usize,
@@ -116,22 +174,9 @@ impl Vocab {
             ));
         };
         let decoder = byte_decoder();
-        let mut slots: Vec<Option<(Vec<u8>, TokenKind)>> = Vec::new();
-        // Ids are checked against the row before any slot is allocated, so a hostile id
-        // near u32::MAX is an error, not a huge allocation.
-        let mut put = |id: TokenId, bytes: Vec<u8>, kind: TokenKind| {
-            let i = id as usize;
-            if i >= n_logits {
-                return Err(GrammarError::InvalidVocab(format!(
-                    "token id {id} does not fit the logits row of {n_logits} slots"
-                )));
-            }
-            if slots.len() <= i {
-                slots.resize(i + 1, None);
-            }
-            slots[i] = Some((bytes, kind));
-            Ok(())
-        };
+        // Each slot keeps the token's string as the file spells it, to tell a repeated
+        // id that names the same token from one that names another.
+        let mut slots: Vec<Option<Slot<'_>>> = Vec::new();
         for (token, id) in entries {
             let id = to_id(id, &format!("the id of token {token:?}"))?;
             let mut bytes = Vec::with_capacity(token.len());
@@ -152,7 +197,16 @@ impl Vocab {
                     "token {id} has an empty string"
                 )));
             }
-            put(id, bytes, TokenKind::Text)?;
+            put(
+                &mut slots,
+                n_logits,
+                id,
+                Slot {
+                    text: token,
+                    bytes,
+                    kind: TokenKind::Text,
+                },
+            )?;
         }
         if let Some(added) = root.get("added_tokens") {
             let Json::Array(added) = added else {
@@ -172,7 +226,16 @@ impl Vocab {
                     .ok_or_else(|| {
                         GrammarError::TokenizerJson(format!("added token {id} has no \"content\""))
                     })?;
-                put(id, content.as_bytes().to_vec(), TokenKind::Special)?;
+                put(
+                    &mut slots,
+                    n_logits,
+                    id,
+                    Slot {
+                        text: content,
+                        bytes: content.as_bytes().to_vec(),
+                        kind: TokenKind::Special,
+                    },
+                )?;
             }
         }
         if slots.len() > n_logits {
@@ -194,12 +257,17 @@ impl Vocab {
         let mut tokens: Vec<Vec<u8>> = crate::scratch::with_capacity(n_logits).map_err(oom)?;
         let mut kinds: Vec<TokenKind> = crate::scratch::with_capacity(n_logits).map_err(oom)?;
         slots.resize(n_logits, None);
-        for (bytes, kind) in slots
-            .into_iter()
-            .map(|s| s.unwrap_or((Vec::new(), TokenKind::Padding)))
-        {
-            tokens.push(bytes);
-            kinds.push(kind);
+        for slot in slots {
+            match slot {
+                Some(Slot { bytes, kind, .. }) => {
+                    tokens.push(bytes);
+                    kinds.push(kind);
+                }
+                None => {
+                    tokens.push(Vec::new());
+                    kinds.push(TokenKind::Padding);
+                }
+            }
         }
         Vocab::new(tokens, kinds, eos.to_vec())
     }
