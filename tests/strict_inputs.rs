@@ -89,3 +89,75 @@ fn an_added_token_that_repeats_a_text_token_with_its_content_is_that_token() {
         .expect("same spelling, same token");
     assert_eq!(v.kind(2), Some(TokenKind::Special));
 }
+
+#[cfg(feature = "serde")]
+mod generation_config {
+    use logits::{Error, GenerationConfig, SamplingParams};
+
+    fn params(fields: &str) -> Result<SamplingParams, Error> {
+        SamplingParams::from_generation_config_json(&format!(r#"{{"do_sample": true, {fields}}}"#))
+    }
+
+    fn refused(fields: &str) -> (&'static str, f64) {
+        match params(fields) {
+            Err(Error::InvalidParameter { name, value, .. }) => (name, value),
+            other => panic!("{fields}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_positive_temperature_that_rounds_to_zero_is_refused_not_greedy() {
+        // The smallest positive f32 is 2^-149, about 1.4e-45; half of it and less round
+        // to 0.
+        let (name, value) = refused(r#""temperature": 1e-50"#);
+        assert_eq!((name, value), ("temperature", 1e-50));
+        assert_eq!(refused(r#""temperature": 7e-46"#).0, "temperature");
+        // The smallest positive f32 itself is a (subnormal) temperature, not greedy.
+        let p = params(r#""temperature": 1.5e-45"#).unwrap();
+        assert!(!p.is_greedy());
+        assert_eq!(p.temperature(), f32::from_bits(1));
+        // 0 is greedy, as before.
+        assert!(params(r#""temperature": 0"#).unwrap().is_greedy());
+        assert!(params(r#""temperature": 0.0"#).unwrap().is_greedy());
+    }
+
+    #[test]
+    fn a_value_that_rounds_to_infinity_in_f32_is_refused() {
+        assert_eq!(refused(r#""temperature": 1e39"#), ("temperature", 1e39));
+        assert_eq!(
+            refused(r#""repetition_penalty": 1e39"#).0,
+            "repetition_penalty"
+        );
+        assert_eq!(
+            refused(r#""repetition_penalty": 1e-50"#).0,
+            "repetition_penalty"
+        );
+    }
+
+    #[test]
+    fn top_p_or_min_p_above_one_is_refused_even_when_f32_rounds_it_to_one() {
+        // 1.00000001 is 1.0 in f32 but above 1 as the file writes it.
+        assert_eq!(1.000_000_01_f64 as f32, 1.0);
+        assert_eq!(refused(r#""top_p": 1.00000001"#), ("top_p", 1.000_000_01));
+        assert_eq!(refused(r#""min_p": 1.00000001"#), ("min_p", 1.000_000_01));
+        assert_eq!(refused(r#""top_p": 1.5"#).0, "top_p");
+        // A positive top_p or min_p that rounds to 0 would turn the cut into an error
+        // or off.
+        assert_eq!(refused(r#""top_p": 1e-50"#), ("top_p", 1e-50));
+        assert_eq!(refused(r#""min_p": 1e-50"#), ("min_p", 1e-50));
+        // 1 itself, and a value below 1 that rounds to 1, are in range.
+        assert_eq!(params(r#""top_p": 1"#).unwrap().top_p(), 1.0);
+        assert_eq!(params(r#""top_p": 0.99999999"#).unwrap().top_p(), 1.0);
+        assert_eq!(params(r#""min_p": 1.0"#).unwrap().min_p(), 1.0);
+        assert_eq!(params(r#""top_p": 0.95"#).unwrap().top_p(), 0.95);
+    }
+
+    #[test]
+    fn sampling_fields_are_ignored_without_do_sample_and_kept_exact_by_the_parser() {
+        let text = r#"{"do_sample": false, "temperature": 1e-50, "top_p": 1.00000001}"#;
+        let config = GenerationConfig::from_json(text).unwrap();
+        assert_eq!(config.temperature, Some(1e-50));
+        assert_eq!(config.top_p, Some(1.000_000_01));
+        assert!(config.to_params().unwrap().is_greedy());
+    }
+}

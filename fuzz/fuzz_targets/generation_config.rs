@@ -70,7 +70,8 @@ fn run(data: &[u8]) -> arbitrary::Result<()> {
                 !config.do_sample || config.temperature == Some(0.0)
             );
             if config.do_sample {
-                assert_eq!(p.top_p(), config.top_p.unwrap_or(1.0));
+                assert_eq!(p.top_p(), config.top_p.map_or(1.0, |t| t as f32));
+                assert!(config.top_p.is_none_or(|t| t <= 1.0));
                 assert_eq!(
                     p.top_k(),
                     match config.top_k.unwrap_or(50) {
