@@ -20,7 +20,13 @@
 //! * **`max_tokens`** ends generation with [`FinishReason::Length`].
 //! * **`min_tokens`**: while fewer tokens have been generated, the checker lists
 //!   the stop tokens in [`StopChecker::banned_tokens`] so the caller can mask
-//!   them out before sampling, and stop strings are not matched.
+//!   them out before sampling, and stop strings do not match. A stop string
+//!   matches when it *ends* in token `min_tokens` or later, even if it began
+//!   before: the text of the first tokens counts toward it, as in vLLM (which
+//!   skips the check below `min_tokens` and then searches the whole output).
+//!   So text that could start a stop string is held back below `min_tokens` too,
+//!   and an occurrence that ends within the first `min_tokens - 1` tokens is
+//!   released as text.
 //!
 //! Once warm (its buffers have grown to the longest piece seen), the checker
 //! does not allocate per token.
@@ -203,7 +209,8 @@ impl StopConditions {
     }
 
     /// The number of tokens that must be generated before a stop token may be
-    /// drawn or a stop string may match.
+    /// drawn or a stop string may match. A stop string matches when it ends in
+    /// token `min_tokens` or later, even if it began in an earlier token.
     ///
     /// ```
     /// use logits::stop::StopConditions;
@@ -297,7 +304,9 @@ impl StopConditionsBuilder {
     }
 
     /// Requires `n` generated tokens before a stop token may be drawn or a
-    /// stop string may match (`n <= max_tokens`).
+    /// stop string may match (`n <= max_tokens`). A stop string that ends in
+    /// token `n` or later matches even if it began in an earlier token; one that
+    /// ends earlier is ordinary text.
     ///
     /// ```
     /// use logits::stop::StopConditions;
@@ -381,6 +390,9 @@ pub struct StopChecker<'c> {
     /// The text returned by the last call.
     out: String,
     generated: usize,
+    /// How many of the first `pending` bytes were pushed before stop strings could
+    /// match: a match must end past them.
+    early: usize,
     finished: Option<FinishReason>,
 }
 
@@ -407,6 +419,7 @@ impl<'c> StopChecker<'c> {
             pending: Vec::with_capacity(longest + 16),
             out: String::with_capacity(longest + 16),
             generated: 0,
+            early: 0,
             finished: None,
         }
     }
@@ -427,6 +440,7 @@ impl<'c> StopChecker<'c> {
         self.pending.clear();
         self.out.clear();
         self.generated = 0;
+        self.early = 0;
         self.finished = None;
     }
 
@@ -541,15 +555,17 @@ impl<'c> StopChecker<'c> {
             self.release_all();
             return self.finish(FinishReason::Length);
         }
-        let hold = if match_strings {
-            self.stop_prefix_len()
-        } else {
-            0
-        }
-        .max(incomplete_utf8_tail(&self.pending));
+        // Below `min_tokens` too, a suffix that could start a stop string is held
+        // back: the stop string may still end in a later token.
+        let hold = self
+            .stop_prefix_len()
+            .max(incomplete_utf8_tail(&self.pending));
         let emit = self.pending.len() - hold;
         push_lossy(&mut self.out, &self.pending[..emit]);
         self.pending.drain(..emit);
+        // What is left was searched already when strings match; below `min_tokens`
+        // it may hold a whole stop string that must not match later.
+        self.early = if match_strings { 0 } else { self.pending.len() };
         Step {
             text: &self.out,
             finish: None,
@@ -575,6 +591,7 @@ impl<'c> StopChecker<'c> {
     pub fn flush(&mut self) -> &str {
         self.out.clear();
         self.release_all();
+        self.early = 0;
         &self.out
     }
 
@@ -592,15 +609,18 @@ impl<'c> StopChecker<'c> {
         self.pending.clear();
     }
 
-    /// The earliest complete stop string in `pending`: (start, index). Ties at
-    /// the same start go to the string listed first.
+    /// The earliest complete stop string in `pending` that ends past the `early`
+    /// bytes: (start, index). Ties at the same start go to the string listed first.
     fn find_stop_string(&self) -> Option<(usize, usize)> {
         let mut best: Option<(usize, usize)> = None;
         for (index, stop) in self.conditions.stop_strings.iter().enumerate() {
             let stop = stop.as_bytes();
             let limit = best.map_or(self.pending.len(), |(at, _)| at + stop.len());
             let hay = &self.pending[..limit.min(self.pending.len())];
-            if let Some(at) = find(hay, stop) {
+            // The first start whose match would end past the early bytes.
+            let from = (self.early + 1).saturating_sub(stop.len());
+            if let Some(at) = hay.get(from..).and_then(|h| find(h, stop)) {
+                let at = at + from;
                 if best.is_none_or(|(b, _)| at < b) {
                     best = Some((at, index));
                 }

@@ -161,3 +161,106 @@ mod generation_config {
         assert!(config.to_params().unwrap().is_greedy());
     }
 }
+
+mod stop_strings_across_min_tokens {
+    use logits::stop::{FinishReason, StopChecker, StopConditions};
+
+    /// Pushes `pieces` (token ids 1, 2, ...) and returns the text shown, the finish
+    /// reason and the number of tokens pushed until it.
+    fn run(c: &StopConditions, pieces: &[&str]) -> (String, Option<FinishReason>, usize) {
+        let mut checker = StopChecker::new(c);
+        let mut shown = String::new();
+        for (i, piece) in pieces.iter().enumerate() {
+            let step = checker.push(i as u32 + 1, piece.as_bytes());
+            shown.push_str(step.text);
+            if let Some(reason) = step.finish {
+                return (shown, Some(reason), i + 1);
+            }
+        }
+        shown.push_str(checker.flush());
+        (shown, None, pieces.len())
+    }
+
+    fn conditions(stops: &[&str], min: usize) -> StopConditions {
+        StopConditions::builder()
+            .stop_strings(stops.iter().copied())
+            .min_tokens(min)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_stop_string_that_begins_before_min_tokens_and_ends_after_matches() {
+        // "END" is split "E" | "ND": token 1 is below min_tokens 2, token 2 is not.
+        let c = conditions(&["END"], 2);
+        assert_eq!(
+            run(&c, &["ok E", "ND more", "x"]),
+            ("ok ".to_string(), Some(FinishReason::StopString(0)), 2)
+        );
+        // Split over three tokens, the boundary in the middle.
+        let c = conditions(&["</answer>"], 3);
+        assert_eq!(
+            run(&c, &["42</", "ans", "wer> tail"]),
+            ("42".to_string(), Some(FinishReason::StopString(0)), 3)
+        );
+    }
+
+    #[test]
+    fn a_stop_string_that_ends_before_min_tokens_is_text() {
+        let c = conditions(&["END"], 3);
+        // Whole in token 1, and split over tokens 1 and 2: both end below 3.
+        assert_eq!(
+            run(&c, &["a END b", "c", "d"]),
+            ("a END bcd".to_string(), None, 3)
+        );
+        assert_eq!(
+            run(&c, &["a E", "ND b", "c"]),
+            ("a END bc".to_string(), None, 3)
+        );
+        // One that ends early beside one that ends in token 3: the later one matches.
+        assert_eq!(
+            run(&c, &["xE", "ND E", "ND y"]),
+            ("xEND ".to_string(), Some(FinishReason::StopString(0)), 3)
+        );
+    }
+
+    #[test]
+    fn an_early_stop_string_inside_held_text_does_not_match_later() {
+        // "B" ends in token 1, inside the held prefix "AB" of "ABC"; at token 2 only
+        // "ABC" may match, and here it does not.
+        let c = conditions(&["B", "ABC"], 2);
+        assert_eq!(run(&c, &["xAB", "x"]), ("xABx".to_string(), None, 2));
+        // It does when token 2 completes it.
+        assert_eq!(
+            run(&c, &["xAB", "C"]),
+            ("x".to_string(), Some(FinishReason::StopString(1)), 2)
+        );
+        // And a "B" that ends in token 2 matches.
+        assert_eq!(
+            run(&c, &["xAB", "xB"]),
+            ("xABx".to_string(), Some(FinishReason::StopString(0)), 2)
+        );
+    }
+
+    #[test]
+    fn every_split_of_a_stop_string_over_the_boundary_matches() {
+        // The text "pre STOP post", split into two tokens at every position, with
+        // min_tokens 2: the stop string ends in token 2 whenever the split is before its
+        // last byte, and then it matches; otherwise it is text.
+        let full = "pre STOP post";
+        let end = full.find("STOP").unwrap() + 4;
+        let c = conditions(&["STOP"], 2);
+        for cut in 0..=full.len() {
+            let (shown, finish, _) = run(&c, &[&full[..cut], &full[cut..]]);
+            if cut < end {
+                assert_eq!(
+                    (shown.as_str(), finish),
+                    ("pre ", Some(FinishReason::StopString(0))),
+                    "cut {cut}"
+                );
+            } else {
+                assert_eq!((shown.as_str(), finish), (full, None), "cut {cut}");
+            }
+        }
+    }
+}

@@ -92,7 +92,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         }
     };
     assert!(stops.iter().all(|s| !s.is_empty()));
-    // With min_tokens the text pushed before matching starts is released early, so the
+    // With min_tokens a stop string that ends before token min_tokens is text, so the
     // exact model below applies to min_tokens == 0; otherwise the reasons are checked.
     let exact_model = min_tokens == 0;
 
