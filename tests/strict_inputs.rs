@@ -264,3 +264,164 @@ mod stop_strings_across_min_tokens {
         }
     }
 }
+
+/// A user `Constraint` that panics leaves the grammar stage and the sampler usable: the
+/// panic propagates, neither history moves (or both do, when the commit went through),
+/// and every later step gives what a stage and sampler that never panicked give.
+mod constraint_panics {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::Arc;
+
+    use logits::grammar::{
+        Choice, Constraint, GrammarError, GrammarMask, Status, TokenKind, Vocab,
+    };
+    use logits::{
+        Chain, Sampler, SamplingParams, SequenceSampler, Temperature, TokenId, TokenMask, TopK,
+    };
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Method {
+        FillMask,
+        Commit,
+        Status,
+        Rollback,
+    }
+
+    /// `Choice`, with a panic on the first call of one method (before the inner call,
+    /// except for `status`, which panics after the commit went through).
+    struct Flaky {
+        inner: Choice,
+        panic_in: Option<Method>,
+    }
+
+    impl Flaky {
+        fn trip(&mut self, m: Method) {
+            if self.panic_in == Some(m) {
+                self.panic_in = None;
+                panic!("a user constraint failed in {m:?}");
+            }
+        }
+    }
+
+    impl Constraint for Flaky {
+        fn fill_mask(&mut self, mask: &mut TokenMask) -> Result<Status, GrammarError> {
+            // Half a mask, then the panic.
+            if self.panic_in == Some(Method::FillMask) {
+                mask.allow(b'x' as TokenId).unwrap();
+            }
+            self.trip(Method::FillMask);
+            self.inner.fill_mask(mask)
+        }
+        fn commit(&mut self, token: TokenId) -> Result<(), GrammarError> {
+            self.trip(Method::Commit);
+            self.inner.commit(token)
+        }
+        fn status(&mut self) -> Result<Status, GrammarError> {
+            self.trip(Method::Status);
+            self.inner.status()
+        }
+        fn rollback(&mut self, n: usize) -> Result<(), GrammarError> {
+            self.trip(Method::Rollback);
+            self.inner.rollback(n)
+        }
+    }
+
+    fn vocab() -> Arc<Vocab> {
+        let mut tokens: Vec<Vec<u8>> = (0u8..128).map(|b| vec![b]).collect();
+        let mut kinds = vec![TokenKind::Text; 128];
+        tokens.extend([b"re".to_vec(), b"ee".to_vec(), b"<eos>".to_vec()]);
+        kinds.extend([TokenKind::Text, TokenKind::Text, TokenKind::Special]);
+        Arc::new(Vocab::new(tokens, kinds, vec![130]).unwrap())
+    }
+
+    fn stage(vocab: &Arc<Vocab>, panic_in: Option<Method>) -> GrammarMask {
+        let inner = Choice::new(vocab.clone(), &["red", "green", "greet"]).unwrap();
+        GrammarMask::new(Box::new(Flaky { inner, panic_in }), vocab.clone())
+    }
+
+    /// A row that prefers different tokens at different ids, so the draw matters.
+    fn row(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 37 % 101) as f32) / 25.0).collect()
+    }
+
+    /// Runs `hurt` and `fresh` (same sampler settings, `hurt`'s stage panics once) side
+    /// by side to the end and checks they agree at every step.
+    fn check<S: SequenceSampler>(method: Method, mut hurt: S, mut fresh: S) {
+        let vocab = vocab();
+        let logits = row(vocab.len());
+        let (mut hurt_stage, mut fresh_stage) = (stage(&vocab, Some(method)), stage(&vocab, None));
+        if method == Method::Rollback {
+            for _ in 0..2 {
+                let a = hurt_stage.sample(&mut hurt, &logits).unwrap();
+                let b = fresh_stage.sample(&mut fresh, &logits).unwrap();
+                assert_eq!(a, b);
+            }
+            let r = catch_unwind(AssertUnwindSafe(|| hurt_stage.rollback(1)));
+            assert!(r.is_err(), "the panic propagates");
+            assert_eq!(hurt_stage.committed(), 2);
+            hurt_stage.rollback(1).unwrap();
+            hurt.rollback(1);
+            fresh_stage.rollback(1).unwrap();
+            fresh.rollback(1);
+        } else {
+            let r = catch_unwind(AssertUnwindSafe(|| hurt_stage.sample(&mut hurt, &logits)));
+            assert!(r.is_err(), "{method:?}: the panic propagates");
+            if method == Method::Status {
+                // The constraint took the token before its status panicked: both keep it.
+                let (b, _) = fresh_stage.sample(&mut fresh, &logits).unwrap();
+                assert_eq!(hurt.history().tokens(), &[b.token]);
+                assert_eq!(hurt_stage.committed(), 1);
+            } else {
+                assert!(hurt.history().tokens().is_empty(), "{method:?}");
+                assert_eq!(hurt_stage.committed(), 0, "{method:?}");
+            }
+        }
+        assert_eq!(hurt.history().tokens(), fresh.history().tokens());
+        assert_eq!(
+            hurt_stage.compute().unwrap().0,
+            fresh_stage.compute().unwrap().0
+        );
+        loop {
+            let a = hurt_stage.sample(&mut hurt, &logits).unwrap();
+            let b = fresh_stage.sample(&mut fresh, &logits).unwrap();
+            assert_eq!(a, b, "{method:?}");
+            if a.1 == Status::Finished {
+                break;
+            }
+        }
+        assert_eq!(hurt.history().tokens(), fresh.history().tokens());
+        assert_eq!(hurt_stage.committed(), hurt.history().generated().len());
+    }
+
+    #[test]
+    fn a_panicking_constraint_leaves_the_stage_and_the_sampler_usable() {
+        let n = vocab().len();
+        for method in [
+            Method::FillMask,
+            Method::Commit,
+            Method::Status,
+            Method::Rollback,
+        ] {
+            let sampler = || {
+                let params = SamplingParams::builder()
+                    .temperature(1.5)
+                    .repetition_penalty(1.2)
+                    .seed(11)
+                    .build()
+                    .unwrap();
+                Sampler::new(params, n).unwrap()
+            };
+            check(method, sampler(), sampler());
+            let chain = || {
+                Chain::builder(n)
+                    .seed(4)
+                    .stage(TopK::new(40).unwrap())
+                    .stage(Temperature::new(1.5).unwrap())
+                    .draw()
+                    .build()
+                    .unwrap()
+            };
+            check(method, chain(), chain());
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! The [`Constraint`] trait that grammar engines implement, and [`GrammarMask`], the
 //! pipeline stage that enforces the core rules around any engine.
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crate::element::Logit;
@@ -46,6 +47,12 @@ impl Status {
 ///   [name](Constraint::named_special_tokens) are cleared by the stage.
 /// - [`commit`](Constraint::commit) is only called with a token the last mask allowed and
 ///   that is not end-of-sequence. If it fails, the state must be unchanged.
+///
+/// A panic in any method propagates to the caller of [`GrammarMask`]. The stage's own
+/// state stays consistent: its cached mask is dropped before the constraint is asked to
+/// move, its count of committed tokens moves only once the constraint's `commit`
+/// returned, and [`GrammarMask::sample`] takes the drawn token back out of the sampler.
+/// Whether the constraint's own state survives its panic is up to the constraint.
 pub trait Constraint: Send {
     /// Sets the bit of every token that may come next. `mask` arrives all zeros and covers
     /// the whole vocabulary. Returns [`Status::Open`], [`Status::OpenAccepting`] or
@@ -309,8 +316,10 @@ impl GrammarMask {
             self.committed += 1;
             return Ok(Status::Finished);
         }
-        self.constraint.commit(token)?;
+        // The cached mask is dropped before the constraint moves, so that whatever the
+        // constraint does (fail, or panic half way) the next compute asks it afresh.
         self.fresh = None;
+        self.constraint.commit(token)?;
         self.committed += 1;
         self.constraint.status()
     }
@@ -335,7 +344,11 @@ impl GrammarMask {
     ///   its state unchanged);
     /// - if the engine took the token but then failed to report the new status, both keep
     ///   the token (as after [`commit`](Self::commit) returning that error) and the error
-    ///   is returned.
+    ///   is returned;
+    /// - a panic in the constraint (or in the sampler's own stages and processors)
+    ///   propagates, and leaves both as an error would: a panic in the constraint's
+    ///   `commit` takes the drawn token back out of the sampler, one in its `status`
+    ///   after the commit went through leaves both with the token.
     ///
     /// # Example
     /// ```
@@ -378,13 +391,23 @@ impl GrammarMask {
         let (mask, _) = self.compute()?;
         let out = sampler.sample_next(logits, Some(mask))?;
         let before = self.committed;
-        match self.commit(out.token) {
-            Ok(status) => Ok((out, status)),
-            Err(e) => {
-                if self.committed == before {
+        // A panic in the constraint's callbacks is caught only to take the drawn token
+        // back out of the sampler, as for an error, and is then resumed.
+        let committed = catch_unwind(AssertUnwindSafe(|| self.commit(out.token)));
+        let took = self.committed != before;
+        match committed {
+            Ok(Ok(status)) => Ok((out, status)),
+            Ok(Err(e)) => {
+                if !took {
                     sampler.rollback(1);
                 }
                 Err(e.into())
+            }
+            Err(panic) => {
+                if !took {
+                    sampler.rollback(1);
+                }
+                resume_unwind(panic)
             }
         }
     }
@@ -420,6 +443,7 @@ impl GrammarMask {
             rest -= 1;
         }
         if rest > 0 {
+            self.fresh = None;
             self.constraint.rollback(rest)?;
         }
         if self.finished && n > 0 {
