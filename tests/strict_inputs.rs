@@ -425,3 +425,117 @@ mod constraint_panics {
         }
     }
 }
+
+#[cfg(feature = "llguidance")]
+mod empty_grammars {
+    use std::sync::Arc;
+
+    use logits::grammar::{
+        GrammarError, GrammarKind, GrammarMask, LlgEngine, Status, TokenKind, Vocab,
+    };
+    use logits::{Sampler, SamplingParams};
+
+    /// Single-byte text tokens 0..=127, then `<eos>`.
+    fn vocab() -> Arc<Vocab> {
+        let mut tokens: Vec<Vec<u8>> = (0u8..128).map(|b| vec![b]).collect();
+        let mut kinds = vec![TokenKind::Text; 128];
+        tokens.push(b"<eos>".to_vec());
+        kinds.push(TokenKind::Special);
+        Arc::new(Vocab::new(tokens, kinds, vec![128]).unwrap())
+    }
+
+    fn empty(r: Result<logits::grammar::LlgConstraint, GrammarError>) -> (GrammarKind, String) {
+        match r {
+            Err(GrammarError::EmptyLanguage { kind, reason }) => (kind, reason),
+            Err(e) => panic!("another error: {e:?}"),
+            Ok(_) => panic!("an empty grammar compiled"),
+        }
+    }
+
+    /// The message is one short line that names the problem, not the engine's state.
+    fn check_message(e: &GrammarError) {
+        let m = e.to_string();
+        assert!(m.contains("allows nothing"), "{m}");
+        assert!(!m.contains('\n') && !m.contains("<state>"), "{m}");
+        assert!(m.len() < 160, "{m}");
+    }
+
+    #[test]
+    fn a_grammar_whose_language_is_empty_is_refused_when_compiled() {
+        let engine = LlgEngine::new(vocab()).unwrap();
+        for re in ["[a&&b]", "a[a&&b]", "[^\\s\\S]", "(a[a&&b])|[b&&c]"] {
+            assert_eq!(empty(engine.regex(re)).0, GrammarKind::Regex, "{re}");
+            check_message(&engine.regex(re).unwrap_err());
+        }
+        // Non-empty, but no token of this vocabulary spells `ÿ` (two bytes above 127).
+        assert_eq!(empty(engine.regex("ÿ")).0, GrammarKind::Regex);
+        for lark in ["start: /[a&&b]/", "start: a\na: a \"x\""] {
+            assert_eq!(empty(engine.lark(lark)).0, GrammarKind::Lark, "{lark}");
+            check_message(&engine.lark(lark).unwrap_err());
+        }
+        for schema in [
+            "false",
+            r#"{"enum": []}"#,
+            r#"{"type": "string", "minLength": 5, "maxLength": 2}"#,
+        ] {
+            let (kind, reason) = empty(engine.json_schema(schema));
+            assert_eq!(kind, GrammarKind::JsonSchema);
+            assert!(reason.to_lowercase().contains("unsatisfiable"), "{reason}");
+            check_message(&engine.json_schema(schema).unwrap_err());
+        }
+        // A grammar that allows something still compiles, and its first mask is right.
+        let mut stage = GrammarMask::new(Box::new(engine.regex("[ab]c?").unwrap()), vocab());
+        let (mask, status) = stage.compute().unwrap();
+        assert_eq!((mask.count_allowed(), status), (2, Status::Open));
+        assert!(mask.is_allowed(b'a' as u32) && mask.is_allowed(b'b' as u32));
+    }
+
+    #[test]
+    fn a_dead_end_after_some_tokens_is_no_token_allowed_and_the_state_survives() {
+        let vocab = vocab();
+        let engine = LlgEngine::new(vocab.clone()).unwrap();
+        // `a` is allowed, then nothing: the empty class is only reached after it.
+        let c = engine.lark("start: \"a\" /[a&&b]/ | \"b\"").unwrap();
+        let mut stage = GrammarMask::new(Box::new(c), vocab.clone());
+        let (mask, _) = stage.compute().unwrap();
+        assert!(mask.is_allowed(b'a' as u32) && mask.is_allowed(b'b' as u32));
+        stage.commit(b'a' as u32).unwrap();
+        for _ in 0..2 {
+            let e = stage.compute().unwrap_err();
+            assert_eq!(e, GrammarError::NoTokenAllowed);
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+        // Through the sampler too: nothing moves.
+        let mut sampler =
+            Sampler::new(SamplingParams::builder().seed(1).build().unwrap(), 129).unwrap();
+        let row = vec![0.0f32; 129];
+        assert_eq!(
+            stage.sample(&mut sampler, &row).unwrap_err(),
+            logits::Error::Grammar(GrammarError::NoTokenAllowed)
+        );
+        assert!(sampler.history().tokens().is_empty());
+        // The constraint is still at `a`: it rolls back and takes the other branch.
+        assert_eq!(stage.committed(), 1);
+        stage.rollback(1).unwrap();
+        assert_eq!(stage.commit(b'b' as u32).unwrap(), Status::OnlyEos);
+        assert_eq!(stage.commit(128).unwrap(), Status::Finished);
+    }
+
+    #[test]
+    fn a_cloned_constraint_starts_from_the_first_mask_and_replays_after_a_rollback() {
+        let vocab = vocab();
+        let engine = LlgEngine::new(vocab.clone()).unwrap();
+        let compiled = engine.regex("(ab|b)c").unwrap();
+        let mut a = GrammarMask::new(Box::new(compiled.clone()), vocab.clone());
+        let mut b = GrammarMask::new(Box::new(compiled), vocab.clone());
+        let first = a.compute().unwrap().0.clone();
+        assert_eq!(first.count_allowed(), 2);
+        a.commit(b'a' as u32).unwrap();
+        assert_eq!(a.compute().unwrap().0.count_allowed(), 1);
+        a.rollback(1).unwrap();
+        assert_eq!(a.compute().unwrap().0, &first);
+        assert_eq!(b.compute().unwrap().0, &first);
+        a.commit(b'b' as u32).unwrap();
+        assert_eq!(a.commit(b'c' as u32).unwrap(), Status::OnlyEos);
+    }
+}

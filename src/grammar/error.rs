@@ -78,6 +78,19 @@ pub enum GrammarError {
         /// The engine's description of the feature.
         message: String,
     },
+    /// The grammar is well formed but allows no output at all: no text over this
+    /// vocabulary matches it (a regex such as `[a&&b]`, an unsatisfiable JSON schema, a
+    /// Lark rule with no finite derivation, text that no token can spell). Reported when
+    /// the grammar is compiled, so such a grammar never reaches sampling. A grammar that
+    /// runs into a dead end only after some tokens gives
+    /// [`NoTokenAllowed`](GrammarError::NoTokenAllowed) at that step instead.
+    #[error("the {kind} allows nothing: {reason}")]
+    EmptyLanguage {
+        /// What kind of grammar was given.
+        kind: GrammarKind,
+        /// Why, in a few words.
+        reason: String,
+    },
     /// The token was not allowed at this step. The constraint's state is unchanged.
     #[error("token {token} is not allowed by the grammar at this step")]
     TokenRejected {

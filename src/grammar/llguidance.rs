@@ -15,6 +15,14 @@
 //! Commits use llguidance's validating `try_consume_tokens`, so a rejected token leaves
 //! the matcher unchanged instead of putting it in an error state.
 //!
+//! A grammar that allows nothing (`[a&&b]`, an unsatisfiable schema, text no token can
+//! spell) is refused when it is compiled, with [`GrammarError::EmptyLanguage`]: compiling
+//! computes the first mask, which the constraint then keeps for its first step (and
+//! every clone's). A dead end that only shows after some tokens is
+//! [`GrammarError::NoTokenAllowed`] at that step, and the constraint stays at the tokens
+//! committed so far, so it can still roll back. Engine errors carry llguidance's short
+//! message, without its internal state.
+//!
 //! The single-byte token `0xFF` (Qwen3 id 187) is never allowed: llguidance reserves that
 //! byte as its special-token marker. No valid UTF-8 text contains it.
 //!
@@ -23,9 +31,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use llguidance::api::TopLevelGrammar;
+use llguidance::api::{StopReason, TopLevelGrammar};
 use llguidance::{Matcher, ParserFactory};
-use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
+use toktrie::{ApproximateTokEnv, SimpleVob, TokEnv, TokRxInfo, TokTrie};
 
 use crate::grammar::constraint::{Constraint, Status};
 use crate::grammar::error::{GrammarError, GrammarKind};
@@ -69,8 +77,22 @@ impl std::fmt::Debug for LlgEngine {
     }
 }
 
+/// llguidance's message without the marker it appends when its state dump is off.
+fn short(message: String) -> String {
+    match message.strip_suffix("\n<non-verbose/>") {
+        Some(s) => s.to_owned(),
+        None => message,
+    }
+}
+
 fn engine_err(e: impl std::fmt::Display) -> GrammarError {
-    GrammarError::Engine(e.to_string())
+    GrammarError::Engine(short(e.to_string()))
+}
+
+/// True for llguidance's "no token allowed" error: the mask it computed was empty, not
+/// even end-of-sequence.
+fn is_dead_end(e: &impl std::fmt::Display) -> bool {
+    e.to_string().lines().next() == Some(StopReason::NoExtensionBias.to_string().as_str())
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -85,8 +107,14 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 
 /// Sorts a compile error into "unsupported feature" or "invalid grammar".
 fn compile_err(kind: GrammarKind, e: impl std::fmt::Display) -> GrammarError {
-    let message = e.to_string();
+    let message = short(e.to_string());
     let lower = message.to_lowercase();
+    if lower.starts_with("unsatisfiable") || lower.contains(": unsatisfiable") {
+        return GrammarError::EmptyLanguage {
+            kind,
+            reason: message,
+        };
+    }
     let unsupported = [
         "not supported",
         "unsupported",
@@ -131,6 +159,8 @@ impl LlgEngine {
         .map_err(|p| GrammarError::Engine(panic_message(p.as_ref())))?;
         let mut factory = built.map_err(engine_err)?;
         factory.quiet();
+        // Errors name the problem; llguidance's state dump would only bury it.
+        factory.limits_mut().verbose_errors = false;
         Ok(LlgEngine {
             vocab,
             factory: Arc::new(factory),
@@ -147,7 +177,8 @@ impl LlgEngine {
     ///
     /// # Errors
     /// [`GrammarError::InvalidGrammar`] or [`GrammarError::Unsupported`] naming the
-    /// problem.
+    /// problem; [`GrammarError::EmptyLanguage`] when it allows no output over this
+    /// vocabulary.
     pub fn regex(&self, regex: &str) -> Result<LlgConstraint, GrammarError> {
         self.compile(
             GrammarKind::Regex,
@@ -161,7 +192,9 @@ impl LlgEngine {
     ///
     /// # Errors
     /// [`GrammarError::InvalidGrammar`] when the text is not JSON or not a valid schema,
-    /// [`GrammarError::Unsupported`] for a keyword or format llguidance does not implement.
+    /// [`GrammarError::Unsupported`] for a keyword or format llguidance does not implement,
+    /// [`GrammarError::EmptyLanguage`] for a schema no value satisfies (`false`,
+    /// `{"enum": []}`, `minLength` above `maxLength`) or whose values no token can spell.
     pub fn json_schema(&self, schema: &str) -> Result<LlgConstraint, GrammarError> {
         self.compile(
             GrammarKind::JsonSchema,
@@ -176,7 +209,8 @@ impl LlgEngine {
     ///
     /// # Errors
     /// [`GrammarError::InvalidGrammar`] or [`GrammarError::Unsupported`] naming the
-    /// problem.
+    /// problem; [`GrammarError::EmptyLanguage`] when it allows no output over this
+    /// vocabulary.
     pub fn lark(&self, grammar: &str) -> Result<LlgConstraint, GrammarError> {
         self.compile(
             GrammarKind::Lark,
@@ -196,10 +230,27 @@ impl LlgEngine {
         let parser = catch_unwind(AssertUnwindSafe(|| factory.create_parser(grammar)))
             .map_err(|p| compile_err(kind, panic_message(p.as_ref())))?
             .map_err(|e| compile_err(kind, e))?;
-        let matcher = Matcher::new(Ok(parser));
+        let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
             return Err(compile_err(kind, e));
         }
+        let start = matcher.clone();
+        // The first mask, computed now so that a grammar that allows nothing is refused
+        // here rather than at the first step, which then reuses it.
+        let initial = if matcher.is_stopped() {
+            None
+        } else {
+            match matcher.compute_mask() {
+                Ok(mask) => Some(Arc::new(mask)),
+                Err(e) if is_dead_end(&e) => {
+                    return Err(GrammarError::EmptyLanguage {
+                        kind,
+                        reason: "no text over this vocabulary matches it".into(),
+                    })
+                }
+                Err(e) => return Err(engine_err(e)),
+            }
+        };
         // Special tokens the grammar names, by name or as `<[id]>`. llguidance itself
         // decides whether they are reachable; this list only keeps the stage from removing
         // them.
@@ -215,7 +266,13 @@ impl LlgEngine {
                         || source.contains(&format!("<[{id}]>")))
             })
             .collect();
-        Ok(LlgConstraint { matcher, named })
+        Ok(LlgConstraint {
+            matcher,
+            start,
+            initial,
+            tokens: Vec::new(),
+            named,
+        })
     }
 }
 
@@ -224,6 +281,13 @@ impl LlgEngine {
 #[derive(Clone)]
 pub struct LlgConstraint {
     matcher: Matcher,
+    /// The matcher before any token, to rebuild `matcher` after a dead end (which
+    /// leaves llguidance's matcher in a terminal error state).
+    start: Matcher,
+    /// The mask before any token, computed when the grammar was compiled.
+    initial: Option<Arc<SimpleVob>>,
+    /// The tokens committed and not rolled back.
+    tokens: Vec<TokenId>,
     named: Vec<TokenId>,
 }
 
@@ -238,8 +302,23 @@ impl std::fmt::Debug for LlgConstraint {
 impl LlgConstraint {
     fn check(&self) -> Result<(), GrammarError> {
         match self.matcher.get_error() {
-            Some(e) => Err(GrammarError::Engine(e)),
+            Some(e) => Err(GrammarError::Engine(short(e))),
             None => Ok(()),
+        }
+    }
+
+    /// Rebuilds the matcher at the committed tokens after a dead end.
+    fn restore(&mut self) -> Result<(), GrammarError> {
+        let mut matcher = self.start.clone();
+        match matcher.try_consume_tokens(&self.tokens) {
+            Ok(n) if n == self.tokens.len() => {
+                self.matcher = matcher;
+                Ok(())
+            }
+            Ok(_) => Err(GrammarError::Engine(
+                "the committed tokens could not be replayed".into(),
+            )),
+            Err(e) => Err(engine_err(e)),
         }
     }
 }
@@ -250,7 +329,21 @@ impl Constraint for LlgConstraint {
         if self.matcher.is_stopped() {
             return Ok(Status::OnlyEos);
         }
-        let vob = self.matcher.compute_mask().map_err(engine_err)?;
+        let computed;
+        let vob = match &self.initial {
+            Some(first) if self.tokens.is_empty() => first.as_ref(),
+            _ => match self.matcher.compute_mask() {
+                Ok(v) => {
+                    computed = v;
+                    &computed
+                }
+                Err(e) if is_dead_end(&e) => {
+                    self.restore()?;
+                    return Err(GrammarError::NoTokenAllowed);
+                }
+                Err(e) => return Err(engine_err(e)),
+            },
+        };
         let src = vob.as_slice();
         let dst = mask.words_mut();
         let n = src.len().min(dst.len());
@@ -261,7 +354,10 @@ impl Constraint for LlgConstraint {
     fn commit(&mut self, token: TokenId) -> Result<(), GrammarError> {
         self.check()?;
         match self.matcher.try_consume_tokens(&[token]) {
-            Ok(1) => Ok(()),
+            Ok(1) => {
+                self.tokens.push(token);
+                Ok(())
+            }
             Ok(_) => Err(GrammarError::TokenRejected { token }),
             Err(e) => Err(engine_err(e)),
         }
@@ -281,7 +377,9 @@ impl Constraint for LlgConstraint {
 
     fn rollback(&mut self, n: usize) -> Result<(), GrammarError> {
         self.check()?;
-        self.matcher.rollback(n).map_err(engine_err)
+        self.matcher.rollback(n).map_err(engine_err)?;
+        self.tokens.truncate(self.tokens.len().saturating_sub(n));
+        Ok(())
     }
 
     fn named_special_tokens(&self) -> Vec<TokenId> {
