@@ -164,9 +164,10 @@ pub(crate) struct Engine {
     group: usize,
     end: End,
     draw_temperature: Option<f32>,
-    /// The first stage after the bias and penalties, when it keeps the tokens above a
-    /// floor that a whole-row statistic decides (see [`Engine::run_floor`]).
-    floor: Option<Floor>,
+    /// True when the first stage after the bias and penalties keeps the tokens above a
+    /// floor that a whole-row statistic decides (see [`Engine::run_floor`]); the stage
+    /// gives its floor at each step, since a stateful one moves it.
+    floor_first: bool,
     /// The threshold on the scaled logit that a floor stage decided for this step, when
     /// the first cut group applies it (see [`Engine::run_floor`]).
     floor_ln: Option<f64>,
@@ -225,12 +226,13 @@ impl Engine {
             .patch
             .try_reserve((params.logit_bias().len().saturating_add(window)).min(vocab_size))
             .map_err(oom)?;
-        let floor = match stages.get(lead).map(|s| s.lowering()) {
-            Some(Lowering::Floor(f)) if lead < pre => Some(f),
-            _ => None,
-        };
+        let floor_first = lead < pre
+            && matches!(
+                stages.get(lead).map(|s| s.lowering()),
+                Some(Lowering::Floor(_))
+            );
         let mut engine = Engine {
-            floor,
+            floor_first,
             floor_ln: None,
             rng: DrawRng::new(params.seed()),
             params,
@@ -401,7 +403,7 @@ impl Engine {
     /// and penalties, no cut, a temperature the `f32` weights hold at.
     fn cuts_nothing(&self) -> bool {
         let p = &self.params;
-        self.floor.is_none()
+        !self.floor_first
             && self.pre == self.lead
             && self.group == self.stages.len()
             && self.end == End::Draw
@@ -489,13 +491,11 @@ impl Engine {
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
         let row = adjust::check_input(self.vocab_size, row, mask)?;
-        if self.floor.is_some() {
+        if self.floor_first {
             // (A stateful stage's floor moves from step to step: ask it.)
-            let rule = match self.stages[self.lead].lowering() {
-                Lowering::Floor(rule) => rule,
-                _ => unreachable!("a floor stage lowers to a floor"),
-            };
-            return self.run_floor(row, mask, rule, goal);
+            if let Lowering::Floor(rule) = self.stages[self.lead].lowering() {
+                return self.run_floor(row, mask, rule, goal);
+            }
         }
         if self.pre > self.lead {
             return self.run_dense(row, mask, goal);
@@ -2097,7 +2097,7 @@ mod tests {
                     .build()
                     .unwrap();
                 let e = &mut chain.engine;
-                e.floor.expect("a floor stage first");
+                assert!(e.floor_first, "a floor stage first");
                 let Lowering::Floor(rule) = e.stages[0].lowering() else {
                     panic!("a floor stage lowers to a floor");
                 };
