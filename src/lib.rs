@@ -120,6 +120,7 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
+mod decimal;
 mod element;
 mod engine;
 mod error;
@@ -154,6 +155,7 @@ pub use batch::BatchSampler;
 pub use bias::LogitBias;
 pub use candidates::Candidates;
 pub use chain::{Chain, ChainBuilder, Stage, StageContext};
+pub use decimal::as_decimal;
 pub use dry::Dry;
 pub use dynamic_temperature::DynamicTemperature;
 pub use element::Logit;

@@ -198,13 +198,15 @@ impl SamplingParamsBuilder {
         self.params.top_k = None;
         self
     }
-    /// Keep the smallest set of most likely tokens whose probability reaches `p`. Valid:
-    /// `(0, 1]`.
+    /// Keep the smallest set of most likely tokens whose probability reaches `p`, read as
+    /// the decimal it was written as ([`as_decimal`](crate::as_decimal): 0.8 means 0.8).
+    /// Valid: `(0, 1]`.
     pub fn top_p(mut self, p: f32) -> Self {
         self.params.top_p = p;
         self
     }
-    /// Keep tokens whose probability is at least `p` times the top one's. Valid: `[0, 1]`.
+    /// Keep tokens whose probability is at least `p` times the top one's, `p` read as the
+    /// decimal it was written as ([`as_decimal`](crate::as_decimal)). Valid: `[0, 1]`.
     pub fn min_p(mut self, p: f32) -> Self {
         self.params.min_p = p;
         self

@@ -203,7 +203,7 @@ pub fn top_p(c: &[Candidate], p: f32, min_keep: usize) -> Vec<Candidate> {
         return c.to_vec();
     }
     let total: f64 = c.iter().map(Candidate::weight).sum();
-    let target = f64::from(p) * total;
+    let target = crate::as_decimal(p) * total;
     let mut cum = 0.0;
     let mut n = c.len();
     for (i, x) in c.iter().enumerate() {
@@ -223,7 +223,7 @@ pub fn min_p(c: &[Candidate], p: f32, min_keep: usize) -> Vec<Candidate> {
         return c.to_vec();
     }
     let top = c[0].scaled;
-    let cut = f64::from(p).ln();
+    let cut = crate::as_decimal(p).ln();
     let n = c.iter().take_while(|x| x.scaled - top >= cut).count();
     c[..n.max(min_keep).min(c.len())].to_vec()
 }
@@ -635,7 +635,7 @@ pub fn chain_step(
                 .map(|x| ((-(x.scaled - ln_total) - h).abs(), *x))
                 .collect();
             by_distance.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
-            let target = f64::from(p) * total;
+            let target = crate::as_decimal(p) * total;
             let mut cum = 0.0;
             let mut cutoff = f64::INFINITY;
             for (d, x) in &by_distance {
@@ -651,14 +651,18 @@ pub fn chain_step(
             state.keep_ids(&kept);
         }
         Step::Epsilon { epsilon, min_keep } => {
-            state.keep_ids(&chain_cut_below(&c, f64::from(epsilon), min_keep.max(1)));
+            state.keep_ids(&chain_cut_below(
+                &c,
+                crate::as_decimal(epsilon),
+                min_keep.max(1),
+            ));
         }
         Step::Eta { epsilon, min_keep } => {
             if c.is_empty() {
                 return Ok(());
             }
             let (h, _) = chain_entropy(&c);
-            let eps = f64::from(epsilon);
+            let eps = crate::as_decimal(epsilon);
             let eta = eps.min(eps.sqrt() * (-h).exp());
             state.keep_ids(&chain_cut_below(&c, eta, min_keep.max(1)));
         }

@@ -299,12 +299,12 @@ fn near_boundary(state: &ChainState, step: &Step) -> bool {
     match *step {
         Step::TopP { p, .. } if p < 1.0 => {
             let (cum, total) = cumulative(state);
-            cum_margin(&cum, f64::from(p) * total, total) < MARGIN
+            cum_margin(&cum, logits::as_decimal(p) * total, total) < MARGIN
         }
         Step::MinP { p, .. } if p > 0.0 => {
             // A token tied with the top one has `s - s_max = 0` exactly, whatever the
             // arithmetic, so min-p 1 keeps it for certain.
-            let cut = f64::from(p).ln();
+            let cut = logits::as_decimal(p).ln();
             c.iter()
                 .any(|x| x.logit != c[0].logit && (x.scaled - cut).abs() < MARGIN)
         }
@@ -316,12 +316,12 @@ fn near_boundary(state: &ChainState, step: &Step) -> bool {
                 s += x.1;
                 cum.push(s);
             }
-            if cum_margin(&cum, f64::from(p) * total, total) < MARGIN {
+            if cum_margin(&cum, logits::as_decimal(p) * total, total) < MARGIN {
                 return true;
             }
             // Two different logits at nearly the same distance on either side of the
             // cut: another entropy's rounding could order them the other way.
-            let target = f64::from(p) * total;
+            let target = logits::as_decimal(p) * total;
             let cross = cum.iter().position(|&x| x >= target).unwrap_or(d.len() - 1);
             let kept = d.iter().filter(|x| x.0 <= d[cross].0).count();
             let n = kept.max(min_keep).min(d.len());

@@ -82,11 +82,11 @@ fn well_conditioned(adjusted: &[f32], p: &SamplingParams, survivors: &[Candidate
     if p.top_p() < 1.0 {
         let w: Vec<f64> = c.iter().map(Candidate::weight).collect();
         let total: f64 = w.iter().sum();
-        if margin(&w, f64::from(p.top_p()) * total) < 1e-9 {
+        if margin(&w, logits::as_decimal(p.top_p()) * total) < 1e-9 {
             return false;
         }
     }
-    let cut = f64::from(p.min_p()).ln();
+    let cut = logits::as_decimal(p.min_p()).ln();
     if p.min_p() > 0.0 && c.iter().any(|x| (x.scaled - cut).abs() < 1e-9) {
         return false;
     }
@@ -307,7 +307,7 @@ fn near_boundaries_take_the_precise_path() {
         let params = SamplingParams::builder().top_p(p).build().unwrap();
         let survivors = reference::survivors(&row, &params).unwrap();
         let ws: Vec<f64> = survivors.iter().map(Candidate::weight).collect();
-        if margin(&w, f64::from(p) * total) > 1e-9 {
+        if margin(&w, logits::as_decimal(p) * total) > 1e-9 {
             let mut s = Sampler::new(params.clone(), n).unwrap();
             let mut got = Vec::new();
             s.distribution(&row, None, &mut got).unwrap();
@@ -565,7 +565,7 @@ fn peaked_top_p_near_its_boundaries_matches_reference() {
                     mask: mask.clone(),
                     u: 0.37,
                 };
-                if margin(&w, f64::from(p) * total) > 1e-9 {
+                if margin(&w, logits::as_decimal(p) * total) > 1e-9 {
                     decided += 1;
                 }
                 check(&c, &c.row, &c.row).unwrap();

@@ -107,11 +107,11 @@ fn well_conditioned(adjusted: &[f32], p: &SamplingParams, u: f64) -> bool {
     let w: Vec<f64> = c.iter().map(Candidate::weight).collect();
     if p.top_p() < 1.0 {
         let total: f64 = w.iter().sum();
-        if margin(&w, f64::from(p.top_p()) * total) < 1e-9 {
+        if margin(&w, logits::as_decimal(p.top_p()) * total) < 1e-9 {
             return false;
         }
     }
-    let cut = f64::from(p.min_p()).ln();
+    let cut = logits::as_decimal(p.min_p()).ln();
     if c.iter().any(|x| (x.scaled - cut).abs() < 1e-9) {
         return false;
     }
@@ -195,8 +195,8 @@ proptest! {
         prop_assert!((sum - 1.0).abs() < 1e-9);
         let mass: f64 = all[..cut.len()].iter().map(|x| x.1).sum();
         let without_last: f64 = all[..cut.len() - 1].iter().map(|x| x.1).sum();
-        prop_assert!(mass >= f64::from(top_p) - 1e-9, "kept mass {} < p", mass);
-        prop_assert!(without_last < f64::from(top_p) + 1e-9, "a smaller set reaches p");
+        prop_assert!(mass >= logits::as_decimal(top_p) - 1e-9, "kept mass {} < p", mass);
+        prop_assert!(without_last < logits::as_decimal(top_p) + 1e-9, "a smaller set reaches p");
     }
 
     /// Lower temperature never raises the entropy.

@@ -64,7 +64,7 @@ fn top_p(c: &[Candidate], p: f32, keep: usize, mutant: bool) -> Vec<Candidate> {
         return c.to_vec();
     }
     let total: f64 = c.iter().map(Candidate::weight).sum();
-    let target = f64::from(p) * total;
+    let target = logits::as_decimal(p) * total;
     let mut cum = 0.0;
     let mut n = c.len();
     for (i, x) in c.iter().enumerate() {
@@ -84,7 +84,7 @@ fn min_p(c: &[Candidate], p: f32, keep: usize, mutant: bool) -> Vec<Candidate> {
         return c.to_vec();
     }
     let top = c[0].scaled;
-    let cut = f64::from(p).ln();
+    let cut = logits::as_decimal(p).ln();
     let n = c
         .iter()
         .take_while(|x| {
@@ -195,7 +195,7 @@ fn top_p_cases_sit_on_the_prefix_sum() {
         // The target equals a prefix sum exactly, in the reference's arithmetic.
         let c = reference::candidates(row, p.temperature()).unwrap();
         let total: f64 = c.iter().map(Candidate::weight).sum();
-        let target = f64::from(p.top_p()) * total;
+        let target = logits::as_decimal(p.top_p()) * total;
         let mut cum = 0.0;
         exact += usize::from(
             c.iter().any(|x| {
@@ -220,7 +220,7 @@ fn min_p_cases_sit_on_a_ratio() {
         // Exactly on a ratio: a token's scaled logit, less the top one, is ln(min_p)
         // in the reference's arithmetic (min-p 1 and a tied maximum, say).
         let c = reference::candidates(row, p.temperature()).unwrap();
-        let cut = f64::from(p.min_p()).ln();
+        let cut = logits::as_decimal(p.min_p()).ln();
         let on_ratio = c[1..].iter().any(|x| x.scaled - c[0].scaled == cut);
         exact += usize::from(on_ratio);
         // Or as near as an f32 min-p gets: one ulp either way changes the kept set.

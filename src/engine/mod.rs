@@ -171,6 +171,10 @@ pub(crate) struct Engine {
     /// The threshold on the scaled logit that a floor stage decided for this step, when
     /// the first cut group applies it (see [`Engine::run_floor`]).
     floor_ln: Option<f64>,
+    /// The lowered `top_p` and `ln(min_p)` as compared: each read as the decimal it was
+    /// written as ([`as_decimal`](crate::as_decimal)), once.
+    top_p: f64,
+    ln_min_p: Option<f64>,
     pub(crate) seq: Sequence,
     rng: DrawRng,
     scratch: Scratch,
@@ -234,6 +238,8 @@ impl Engine {
         let mut engine = Engine {
             floor_first,
             floor_ln: None,
+            top_p: crate::as_decimal(params.top_p()),
+            ln_min_p: (params.min_p() > 0.0).then(|| crate::as_decimal(params.min_p()).ln()),
             rng: DrawRng::new(params.seed()),
             params,
             vocab_size,
@@ -614,7 +620,7 @@ impl Engine {
         let band = match rule {
             Floor::Epsilon { .. } | Floor::Mirostat { .. } => {
                 let cut = match rule {
-                    Floor::Epsilon { epsilon, .. } => f64::from(epsilon),
+                    Floor::Epsilon { epsilon, .. } => crate::as_decimal(epsilon),
                     Floor::Mirostat { cut } => cut,
                     _ => unreachable!(),
                 };
@@ -643,7 +649,7 @@ impl Engine {
                 for &(_, l) in &ov.patch {
                     e.add_exact(l, max);
                 }
-                crate::eta_cutoff::floor_band(f64::from(epsilon), &e, n, max)
+                crate::eta_cutoff::floor_band(crate::as_decimal(epsilon), &e, n, max)
             }
             Floor::TopNSigma { n: k } => {
                 let mut m = crate::simd::row_moments(row, marks, max);
@@ -1288,7 +1294,7 @@ impl Engine {
     /// `None` when `precise` is false and a top-p decision fell within the error bound of
     /// the fast weights.
     fn cut<U: Logit>(&mut self, adj: &[U], precise: bool) -> Result<Option<Survivors>, Error> {
-        let floor_ln = self.floor_ln;
+        let (floor_ln, p_dec) = (self.floor_ln, self.top_p);
         let p = &self.params;
         let keep = p.min_tokens_to_keep();
         let s = &mut self.scratch;
@@ -1301,10 +1307,10 @@ impl Engine {
             };
             return Ok(Some(Survivors::Greedy(id)));
         }
-        let (t, top_p, min_p) = (p.temperature(), p.top_p(), p.min_p());
+        let (t, top_p) = (p.temperature(), p.top_p());
         // Min-p's threshold on the scaled logit, `ln(min_p)`, or the floor a first stage
         // decided (see [`Engine::run_floor`]).
-        let ln_min = floor_ln.or_else(|| (min_p > 0.0).then(|| f64::from(min_p).ln()));
+        let ln_min = floor_ln.or(self.ln_min_p);
         // At an extreme temperature (subnormal, or above 1e30) the histogram's `f32` keys
         // and weights lose their meaning: every finite token is sorted instead.
         let sort_all = !histogram::f32_weights_hold(t);
@@ -1323,7 +1329,7 @@ impl Engine {
             let total: f64 = s.weight.iter().sum();
             let mut n = s.cand.len();
             if top_p < 1.0 {
-                if let Some(len) = top_p::prefix_len(&s.weight, top_p, total) {
+                if let Some(len) = top_p::prefix_len(&s.weight, p_dec, total) {
                     n = len.max(keep).min(n);
                 }
             }
@@ -1392,7 +1398,7 @@ impl Engine {
                     .extend(s.cand[done..].iter().map(|&(l, _)| scaled(l, max, t).exp()));
                 if mass.is_none()
                     && !precise
-                    && beyond_reach(&s.seeds, adj.len(), (max, floor), t, top_p, &s.weight)
+                    && beyond_reach(&s.seeds, adj.len(), (max, floor), t, p_dec, &s.weight)
                 {
                     // A flat row: the histogram, without the total mass pass.
                     break;
@@ -1422,10 +1428,10 @@ impl Engine {
                     // precise `Z` that decides again when this bound is not enough.)
                     (z, err + z * 1e-11)
                 });
-                let target = f64::from(top_p) * z;
+                let target = p_dec * z;
                 // The decision stands only if the error of `z` cannot move the target
                 // across either neighbouring cumulative sum.
-                let margin = (!precise).then_some(f64::from(top_p) * err);
+                let margin = (!precise).then_some(p_dec * err);
                 let n_p = match top_p::crossing(&s.weight, 0.0, target, margin) {
                     top_p::Crossing::Undecided => return Ok(None),
                     top_p::Crossing::At(n) => Some(n),
@@ -1532,7 +1538,7 @@ impl Engine {
             }));
         }
         let b_p = if top_p < 1.0 {
-            histogram::mass_bucket(&s.hist_mass[..BUCKETS], f64::from(top_p) * z).unwrap_or(LAST)
+            histogram::mass_bucket(&s.hist_mass[..BUCKETS], p_dec * z).unwrap_or(LAST)
         } else {
             LAST
         };
@@ -1565,10 +1571,10 @@ impl Engine {
         let len = s.cand.len();
         let mut n = usize::MAX;
         if top_p < 1.0 {
-            let target = f64::from(top_p) * z;
+            let target = p_dec * z;
             // The decision stands if neither the fast masses nor the fast total can
             // move the target across either neighbouring cumulative sum.
-            let margin = (!precise).then_some(err_before + f64::from(top_p) * err_total);
+            let margin = (!precise).then_some(err_before + p_dec * err_total);
             let n_p = match top_p::crossing(&s.weight, cum_before, target, margin) {
                 top_p::Crossing::At(n) => n,
                 top_p::Crossing::Short if precise => len,
@@ -1964,7 +1970,7 @@ fn beyond_reach(
     n: usize,
     (max, floor): (f32, f32),
     t: f32,
-    top_p: f32,
+    top_p: f64,
     weight: &[f64],
 ) -> bool {
     let (Some(&last), true) = (weight.last(), seeds.len() >= 64) else {
@@ -1981,7 +1987,7 @@ fn beyond_reach(
     let rest = (all - high).max(0.0) * n as f64 / n.div_ceil(adjust::BLOCK) as f64;
     let c: f64 = weight.iter().sum();
     let reach = c + NUCLEUS_MAX.saturating_sub(weight.len()) as f64 * last;
-    reach < 0.5 * f64::from(top_p) * (c + rest)
+    reach < 0.5 * top_p * (c + rest)
 }
 
 /// How many of the leading candidates `cand` (in [`select::order`]) min-p keeps: those

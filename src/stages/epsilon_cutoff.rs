@@ -65,7 +65,8 @@ pub(crate) fn floor_band(cut: f64, z: f64, z_err: f64, n: usize, max: f32) -> Op
 ///   The paper suggests `3e-4` (`epsilon`) to `9e-4`.
 /// - **Edge cases**: zero candidates or every candidate `-inf`: unchanged; `-inf`
 ///   candidates are dropped; no candidate above `epsilon`: the `min_keep` most likely
-///   remain.
+///   remain. `epsilon` is compared as the decimal it was written as
+///   ([`as_decimal`](crate::as_decimal)).
 /// - **Cost**: one pass, no sort; no allocation once warm. As the first stage of a
 ///   chain (after a bias and penalties), the row is never copied: one vectorised pass
 ///   bounds the total mass, and the tokens above the cut are collected in draw order;
@@ -141,7 +142,7 @@ impl Stage for EpsilonCutoff {
             return Ok(());
         }
         let total = c.weights(&mut self.weights);
-        let cut = f64::from(self.epsilon);
+        let cut = crate::as_decimal(self.epsilon);
         cut_below(
             c,
             &self.weights,

@@ -44,6 +44,7 @@ pub(crate) fn floor_band(epsilon: f64, e: &Entropy, n: usize, max: f32) -> Optio
 ///   paper suggests `3e-4` to `2e-3`.
 /// - **Edge cases**: as [`EpsilonCutoff`](crate::EpsilonCutoff); a flat distribution
 ///   (high `H`) makes `eta` tiny, so little is cut; a peaked one gives `eta = epsilon`.
+///   `epsilon` is read as the decimal it was written as ([`as_decimal`](crate::as_decimal)).
 /// - **Cost**: two passes (entropy, cut), no sort; no allocation once warm. As the first
 ///   stage of a chain (after a bias and penalties), the row is never copied: one
 ///   vectorised pass bounds the mass and the entropy, and the tokens above the cut are
@@ -120,7 +121,7 @@ impl Stage for EtaCutoff {
         }
         let total = c.weights(&mut self.weights);
         let h = entropy(c, &self.weights, total);
-        let eps = f64::from(self.epsilon);
+        let eps = crate::as_decimal(self.epsilon);
         let eta = eps.min(eps.sqrt() * (-h).exp());
         cut_below(
             c,

@@ -1,10 +1,11 @@
 //! Min-p: keep tokens whose probability is at least `min_p` times the top token's.
 
 /// Length of the min-p prefix of the sorted candidates' scaled logits
-/// `s = (l - max) / T`: the candidates with `s - s_top >= ln(min_p)`; equality is kept.
+/// `s = (l - max) / T`: the candidates with `s - s_top >= ln(min_p)`, `min_p` read as
+/// the decimal it was written as ([`as_decimal`](crate::as_decimal)); equality is kept.
 /// Computed in logit space, so no probability is needed.
 pub(crate) fn prefix_len(scaled: impl Iterator<Item = f64>, min_p: f32) -> usize {
-    let cut = f64::from(min_p).ln();
+    let cut = crate::as_decimal(min_p).ln();
     let mut top = None;
     scaled
         .take_while(|&s| {
@@ -16,7 +17,8 @@ pub(crate) fn prefix_len(scaled: impl Iterator<Item = f64>, min_p: f32) -> usize
 
 /// The min-p stage of a [`Chain`](crate::Chain): keeps candidates with probability at
 /// least `p` times the top one's (equality kept), at least `min_keep` of them. `p = 0`
-/// keeps everything.
+/// keeps everything. `p` is read as the decimal it was written as
+/// ([`as_decimal`](crate::as_decimal)).
 ///
 /// # Example
 /// ```

@@ -5,10 +5,12 @@
 /// `total` (the weight of the whole distribution the candidates are a prefix of).
 ///
 /// The cumulative weight is summed in `f64` in candidate order and compared with
-/// `p * total`; the first index where it is `>=` ends the prefix. Returns `None` when the
-/// candidates given do not reach `p * total` (they are a prefix too short to decide).
-pub(crate) fn prefix_len(weights: &[f64], p: f32, total: f64) -> Option<usize> {
-    let target = f64::from(p) * total;
+/// `p * total`, `p` being the decimal the `f32` was written as
+/// ([`as_decimal`](crate::as_decimal)); the first index where it is `>=` ends the prefix.
+/// Returns `None` when the candidates given do not reach `p * total` (they are a prefix
+/// too short to decide).
+pub(crate) fn prefix_len(weights: &[f64], p: f64, total: f64) -> Option<usize> {
+    let target = p * total;
     let mut cum = 0.0;
     for (i, &w) in weights.iter().enumerate() {
         cum += w;
@@ -52,7 +54,8 @@ pub(crate) fn crossing(weights: &[f64], start: f64, target: f64, margin: Option<
 
 /// The top-p stage of a [`Chain`](crate::Chain): keeps the smallest prefix of the sorted
 /// candidates whose probability reaches `p` (the crossing token is kept), at least
-/// `min_keep` of them. `p = 1` keeps everything.
+/// `min_keep` of them. `p = 1` keeps everything. `p` is read as the decimal it was
+/// written as ([`as_decimal`](crate::as_decimal)).
 ///
 /// # Example
 /// ```
@@ -122,7 +125,7 @@ impl crate::chain::Stage for TopP {
         }
         c.sort();
         let total = c.weights(&mut self.weights);
-        if let Some(n) = prefix_len(&self.weights, self.p, total) {
+        if let Some(n) = prefix_len(&self.weights, crate::as_decimal(self.p), total) {
             c.truncate(n.max(self.min_keep));
         }
         Ok(())

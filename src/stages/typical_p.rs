@@ -84,7 +84,8 @@ pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
 ///   The paper suggests `0.2`–`0.95`.
 /// - **Edge cases**: zero or one candidate: unchanged; every candidate `-inf`: unchanged
 ///   (the chain then reports [`Error::NoCandidates`]); a uniform distribution keeps
-///   everything (all distances are 0).
+///   everything (all distances are 0). The mass is read as the decimal it was written as
+///   ([`as_decimal`](crate::as_decimal)).
 /// - **Cost**: `O(n)`: one pass histograms the distances in buckets of 1/64 nat, a
 ///   second collects the bucket where the mass is reached and finds the exact cut-off
 ///   there by weighted quickselect; no full sort. No allocation once its buffers have
@@ -183,7 +184,7 @@ impl Stage for TypicalP {
             return Ok(());
         }
         // The bucket where the cumulative weight reaches the target.
-        let target = f64::from(self.mass) * total;
+        let target = crate::as_decimal(self.mass) * total;
         let (mut before, mut n_before, mut cross) = (0.0f64, 0usize, None);
         for b in 0..BUCKETS {
             if self.bucket_n[b] == 0 {

@@ -71,7 +71,7 @@
 //!         .collect();
 //!     let total: f64 = w.iter().map(|x| x.1).sum();
 //!     let mut cum = 0.0;
-//!     let n = w.iter().position(|x| { cum += x.1; cum >= f64::from(p) * total });
+//!     let n = w.iter().position(|x| { cum += x.1; cum >= logits::as_decimal(p) * total });
 //!     if p < 1.0 {
 //!         w.truncate(n.map_or(w.len(), |i| i + 1));
 //!     }

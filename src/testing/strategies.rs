@@ -661,8 +661,9 @@ fn top_p_boundary(size: SizeRange, e: Element) -> BoxedStrategy<(Vec<f32>, Sampl
                 .collect();
             let n = class.iter().filter(|&&c| c == 0).count();
             // n = q * 2^m: p = i / 2^m keeps exactly q * i of the n tied tokens, and
-            // f64(p) * n = q * i is exact.
-            let m = n.trailing_zeros().min(20);
+            // p * n = q * i is exact; for m <= 8, i / 2^m is its own shortest decimal,
+            // so the threshold compared (`as_decimal(p)`) is p itself.
+            let m = n.trailing_zeros().min(8);
             let top_p = if m == 0 {
                 1.0
             } else {
@@ -683,7 +684,9 @@ fn top_p_boundary(size: SizeRange, e: Element) -> BoxedStrategy<(Vec<f32>, Sampl
             let total: f64 = c.iter().map(|x| x.weight()).sum();
             let j = j.index(c.len());
             let cum: f64 = c[..=j].iter().fold(0.0, |a, x| a + x.weight());
-            let p = largest_f32((cum / total) as f32, |p| f64::from(p) * total <= cum);
+            let p = largest_f32((cum / total) as f32, |p| {
+                crate::as_decimal(p) * total <= cum
+            });
             let p = if above && p < 1.0 { p.next_up() } else { p };
             (row, t, p)
         });
@@ -732,7 +735,7 @@ fn min_p_boundary(size: SizeRange, e: Element) -> BoxedStrategy<(Vec<f32>, Sampl
                 .take_while(|x| x.scaled - c[0].scaled > -87.0)
                 .count();
             let s = c[j.index(expressible)].scaled - c[0].scaled;
-            let p = largest_f32(s.exp() as f32, |p| f64::from(p).ln() <= s);
+            let p = largest_f32(s.exp() as f32, |p| crate::as_decimal(p).ln() <= s);
             let p = if above && p < 1.0 { p.next_up() } else { p };
             (row, t, p)
         });

@@ -31,6 +31,18 @@ def f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
+def decimal(x):
+    """The shortest decimal that rounds to the binary32 value `x`, as a binary64: the value
+    a probability threshold is compared at (0.8 means 0.8, not 0.800000011920929)."""
+    if x == 0.0 or math.isinf(x) or math.isnan(x):
+        return x
+    for digits in range(1, 18):
+        d = float("%.*e" % (digits - 1, x))
+        if f32(d) == x:
+            return d
+    return x
+
+
 # ---------------------------------------------------------------------------------------
 # The semantics, stage by stage.
 
@@ -83,7 +95,7 @@ def survivors(l, params):
     k = params.get("top_k")
     if k is not None:
         cands = at_least(k)
-    p = f32(params.get("top_p", 1.0))
+    p = decimal(f32(params.get("top_p", 1.0)))
     if p < 1.0:
         total = sum(w for _, w in cands)
         cum, n = 0.0, len(cands)
@@ -97,7 +109,7 @@ def survivors(l, params):
                 assert p * total - before > 1e-9 * total, (before, p)
                 break
         cands = at_least(n)
-    mp = f32(params.get("min_p", 0.0))
+    mp = decimal(f32(params.get("min_p", 0.0)))
     if mp > 0.0:
         # p_i >= min_p * p_max, equality kept.
         top = cands[0][1]
@@ -180,6 +192,12 @@ def vector(name, description, logits, params=None, prompt=(), generated=(), voca
 
 def close(a, b, tol=1e-3):
     assert abs(a - b) <= tol, (a, b)
+
+
+def kept_exactly(ids):
+    def check(d):
+        assert set(d) == ids, (sorted(d), sorted(ids))
+    return check
 
 
 FRUIT = [22.38, 20.88, 20.62, 19.88, 19.50]  # Apple, M, apple, App, P
@@ -313,6 +331,10 @@ def groups():
                {"temperature": 0.5, "top_p": 0.9}),
         vector("top_p_after_top_k", "Top-p measures mass within top-k's survivors.",
                [3.0, 2.5, 2.0, 1.0, 0.0], {"top_k": 3, "top_p": 0.7}),
+        vector("top_p_decimal_tie", "p = 0.8 means 0.8, not the f32 0.800000011920929: "
+               "0.5 + 0.3 (0.8000000042 from these f32 logits) reaches it, and no 0.1 is "
+               "added.", [math.log(x) for x in (0.3, 0.1, 0.1, 0.5)], {"top_p": 0.8},
+               check=kept_exactly({3, 0})),
     ]
     g["min_p"] = [
         vector("min_p_cut", "Min-p 0.2: the threshold is 0.2 * 0.5 = 0.1: 0.11 stays, 0.09 goes.",
