@@ -117,6 +117,7 @@
 //! the CPU.
 
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
@@ -136,6 +137,7 @@ mod stages;
 #[cfg(test)]
 mod test_rows;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 // The modules' short paths inside the crate (`crate::chain`, `crate::simd`, ...): the
@@ -163,6 +165,7 @@ pub use epsilon_cutoff::EpsilonCutoff;
 pub use error::Error;
 pub use eta_cutoff::EtaCutoff;
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use generation_config::GenerationConfig;
 pub use half;
 pub use history::History;
