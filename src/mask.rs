@@ -47,18 +47,71 @@ pub struct TokenMask {
 
 impl TokenMask {
     /// A mask over `len` token slots with no token allowed.
+    ///
+    /// # Panics
+    /// When `len` exceeds [`MAX_VOCAB_SIZE`](crate::MAX_VOCAB_SIZE), or its words cannot
+    /// be allocated. [`try_new_empty`](Self::try_new_empty) returns an error instead.
     pub fn new_empty(len: usize) -> Self {
-        TokenMask {
-            words: vec![0; len.div_ceil(32)],
-            len,
+        match Self::try_new_empty(len) {
+            Ok(mask) => mask,
+            Err(e) => panic!("TokenMask::new_empty({len}): {e}"),
         }
     }
 
     /// A mask over `len` token slots with every token allowed.
+    ///
+    /// # Panics
+    /// As [`new_empty`](Self::new_empty); [`try_new_full`](Self::try_new_full) returns an
+    /// error instead.
     pub fn new_full(len: usize) -> Self {
         let mut mask = Self::new_empty(len);
         mask.fill(true);
         mask
+    }
+
+    /// A mask over `len` token slots with no token allowed, for a `len` that comes from
+    /// outside the program.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] (named `len`) when `len` exceeds
+    /// [`MAX_VOCAB_SIZE`](crate::MAX_VOCAB_SIZE); [`Error::OutOfMemory`] when its words
+    /// cannot be allocated. It never aborts.
+    ///
+    /// # Example
+    /// ```
+    /// use logits::TokenMask;
+    ///
+    /// assert_eq!(TokenMask::try_new_empty(151_936)?.count_allowed(), 0);
+    /// assert!(TokenMask::try_new_empty(usize::MAX).is_err());
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    pub fn try_new_empty(len: usize) -> Result<Self, Error> {
+        if len > crate::MAX_VOCAB_SIZE {
+            return Err(Error::InvalidParameter {
+                name: "len",
+                value: len as f64,
+                expected: "at most MAX_VOCAB_SIZE token slots",
+            });
+        }
+        let n = len.div_ceil(32);
+        let mut words = Vec::new();
+        words.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            name: "len",
+            value: len,
+        })?;
+        words.resize(n, 0);
+        Ok(TokenMask { words, len })
+    }
+
+    /// A mask over `len` token slots with every token allowed; as
+    /// [`try_new_empty`](Self::try_new_empty).
+    ///
+    /// # Errors
+    /// As [`try_new_empty`](Self::try_new_empty).
+    pub fn try_new_full(len: usize) -> Result<Self, Error> {
+        let mut mask = Self::try_new_empty(len)?;
+        mask.fill(true);
+        Ok(mask)
     }
 
     /// Number of token slots the mask covers.

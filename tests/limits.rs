@@ -179,3 +179,21 @@ fn reserve_beyond_memory_is_out_of_memory() {
     assert_eq!(s.history().generated().len(), 1);
     assert_eq!(c.history().generated().len(), 1);
 }
+
+#[test]
+fn a_mask_past_the_vocabulary_limit_is_refused() {
+    use logits::TokenMask;
+    for n in HUGE {
+        for r in [TokenMask::try_new_empty(n), TokenMask::try_new_full(n)] {
+            match r {
+                Err(Error::InvalidParameter { name: "len", .. }) => {}
+                other => panic!("expected InvalidParameter naming len, got {other:?}"),
+            }
+        }
+        // The infallible constructors panic (which a caller can catch); they never abort.
+        assert!(std::panic::catch_unwind(|| TokenMask::new_empty(n)).is_err());
+    }
+    let full = TokenMask::try_new_full(151_936).unwrap();
+    assert_eq!(full.count_allowed(), 151_936);
+    assert_eq!(full, TokenMask::new_full(151_936));
+}
