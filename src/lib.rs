@@ -218,4 +218,4 @@ pub(crate) fn check_vocab_size(vocab_size: usize) -> Result<(), Error> {
     Ok(())
 }
 pub mod stop;
-pub use stop::{FinishReason, StopChecker, StopConditions, StopError};
+pub use stop::{FinishReason, OwnedStopChecker, StopChecker, StopConditions, StopError};

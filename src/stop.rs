@@ -29,7 +29,9 @@
 //!   released as text.
 //!
 //! Once warm (its buffers have grown to the longest piece seen), the checker
-//! does not allocate per token.
+//! does not allocate per token. [`StopChecker`] borrows its conditions;
+//! [`OwnedStopChecker`] owns them (an `Arc`), for a per-request struct that
+//! cannot hold a borrow; both decide the same.
 //!
 //! ```
 //! use logits::stop::{FinishReason, StopChecker, StopConditions};
@@ -54,6 +56,7 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::TokenId;
 
@@ -66,6 +69,8 @@ use crate::TokenId;
 /// assert_eq!(FinishReason::Length.openai_name(), "length");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum FinishReason {
     /// One of the stop tokens was generated (for a chat model usually the
     /// end-of-turn token). Carries the token id.
@@ -147,6 +152,8 @@ pub enum StopError {
 /// # Ok::<(), logits::stop::StopError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(try_from = "StopConditionsBuilder"))]
 pub struct StopConditions {
     stop_tokens: Vec<TokenId>,
     stop_strings: Vec<String>,
@@ -251,6 +258,8 @@ impl StopConditions {
 /// # Ok::<(), logits::stop::StopError>(())
 /// ```
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct StopConditionsBuilder {
     stop_tokens: Vec<TokenId>,
     stop_strings: Vec<String>,
@@ -357,6 +366,25 @@ impl StopConditionsBuilder {
     }
 }
 
+/// [`StopConditionsBuilder::build`]. With the `serde` feature, `StopConditions`
+/// deserialises through it: the fields of [`StopConditions`] (`stop_tokens`,
+/// `stop_strings`, `max_tokens`, `min_tokens`), each optional, an unknown one refused,
+/// and the result checked as the builder checks it.
+///
+/// ```
+/// use logits::stop::{StopConditions, StopError};
+///
+/// let b = StopConditions::builder().max_tokens(1).min_tokens(2);
+/// assert_eq!(StopConditions::try_from(b), Err(StopError::MinExceedsMax { min: 2, max: 1 }));
+/// ```
+impl TryFrom<StopConditionsBuilder> for StopConditions {
+    type Error = StopError;
+
+    fn try_from(b: StopConditionsBuilder) -> Result<Self, StopError> {
+        b.build()
+    }
+}
+
 /// What one [`StopChecker::push`] decided.
 ///
 /// ```
@@ -378,22 +406,16 @@ pub struct Step<'a> {
 }
 
 /// The per-generation state that applies [`StopConditions`] to a stream of
-/// tokens and their decoded bytes.
+/// tokens and their decoded bytes, borrowing the conditions.
 ///
 /// Create one per generation (or [`reset`](StopChecker::reset) it to reuse its
-/// buffers). See the [module documentation](self) for an example.
+/// buffers). See the [module documentation](self) for an example. A struct that
+/// must own its checker (one per request, in a serving engine) uses
+/// [`OwnedStopChecker`], which behaves the same.
 #[derive(Debug, Clone)]
 pub struct StopChecker<'c> {
     conditions: &'c StopConditions,
-    /// Bytes received but not yet emitted.
-    pending: Vec<u8>,
-    /// The text returned by the last call.
-    out: String,
-    generated: usize,
-    /// How many of the first `pending` bytes were pushed before stop strings could
-    /// match: a match must end past them.
-    early: usize,
-    finished: Option<FinishReason>,
+    state: CheckerState,
 }
 
 impl<'c> StopChecker<'c> {
@@ -408,19 +430,29 @@ impl<'c> StopChecker<'c> {
     /// # Ok::<(), logits::stop::StopError>(())
     /// ```
     pub fn new(conditions: &'c StopConditions) -> Self {
-        let longest = conditions
-            .stop_strings
-            .iter()
-            .map(String::len)
-            .max()
-            .unwrap_or(0);
         StopChecker {
             conditions,
-            pending: Vec::with_capacity(longest + 16),
-            out: String::with_capacity(longest + 16),
-            generated: 0,
-            early: 0,
-            finished: None,
+            state: CheckerState::new(conditions),
+        }
+    }
+
+    /// An owned checker with a copy of the conditions and this checker's state: it
+    /// goes on exactly where this one stands.
+    ///
+    /// ```
+    /// use logits::stop::{OwnedStopChecker, StopChecker, StopConditions};
+    ///
+    /// let c = StopConditions::builder().stop_strings(["STOP"]).build()?;
+    /// let mut checker = StopChecker::new(&c);
+    /// assert_eq!(checker.push(1, b"ok ST").text, "ok ");
+    /// let mut owned: OwnedStopChecker = checker.to_owned_checker();
+    /// assert!(owned.push(2, b"OP").finish.is_some());
+    /// # Ok::<(), logits::stop::StopError>(())
+    /// ```
+    pub fn to_owned_checker(&self) -> OwnedStopChecker {
+        OwnedStopChecker {
+            conditions: Arc::new(self.conditions.clone()),
+            state: self.state.clone(),
         }
     }
 
@@ -437,11 +469,7 @@ impl<'c> StopChecker<'c> {
     /// # Ok::<(), logits::stop::StopError>(())
     /// ```
     pub fn reset(&mut self) {
-        self.pending.clear();
-        self.out.clear();
-        self.generated = 0;
-        self.early = 0;
-        self.finished = None;
+        self.state.reset();
     }
 
     /// The conditions this checker applies.
@@ -469,7 +497,7 @@ impl<'c> StopChecker<'c> {
     /// # Ok::<(), logits::stop::StopError>(())
     /// ```
     pub fn generated(&self) -> usize {
-        self.generated
+        self.state.generated
     }
 
     /// Why generation ended, or `None` while it goes on.
@@ -484,7 +512,7 @@ impl<'c> StopChecker<'c> {
     /// # Ok::<(), logits::stop::StopError>(())
     /// ```
     pub fn finish_reason(&self) -> Option<FinishReason> {
-        self.finished
+        self.state.finished
     }
 
     /// The token ids to forbid for the next draw: the stop tokens while fewer
@@ -502,11 +530,7 @@ impl<'c> StopChecker<'c> {
     /// # Ok::<(), logits::stop::StopError>(())
     /// ```
     pub fn banned_tokens(&self) -> &'c [TokenId] {
-        if self.generated < self.conditions.min_tokens {
-            &self.conditions.stop_tokens
-        } else {
-            &[]
-        }
+        self.state.banned_tokens(self.conditions)
     }
 
     /// Records one generated token and the bytes it decodes to, and returns the
@@ -530,46 +554,7 @@ impl<'c> StopChecker<'c> {
     /// # Ok::<(), logits::stop::StopError>(())
     /// ```
     pub fn push(&mut self, token: TokenId, piece: &[u8]) -> Step<'_> {
-        self.out.clear();
-        if let Some(reason) = self.finished {
-            return Step {
-                text: &self.out,
-                finish: Some(reason),
-            };
-        }
-        self.generated += 1;
-        if self.conditions.is_stop_token(token) {
-            self.release_all();
-            return self.finish(FinishReason::StopToken(token));
-        }
-        self.pending.extend_from_slice(piece);
-        let match_strings = self.generated >= self.conditions.min_tokens;
-        if match_strings {
-            if let Some((at, index)) = self.find_stop_string() {
-                self.pending.truncate(at);
-                self.release_all();
-                return self.finish(FinishReason::StopString(index));
-            }
-        }
-        if self.conditions.max_tokens == Some(self.generated) {
-            self.release_all();
-            return self.finish(FinishReason::Length);
-        }
-        // Below `min_tokens` too, a suffix that could start a stop string is held
-        // back: the stop string may still end in a later token.
-        let hold = self
-            .stop_prefix_len()
-            .max(incomplete_utf8_tail(&self.pending));
-        let emit = self.pending.len() - hold;
-        push_lossy(&mut self.out, &self.pending[..emit]);
-        self.pending.drain(..emit);
-        // What is left was searched already when strings match; below `min_tokens`
-        // it may hold a whole stop string that must not match later.
-        self.early = if match_strings { 0 } else { self.pending.len() };
-        Step {
-            text: &self.out,
-            finish: None,
-        }
+        self.state.push(self.conditions, token, piece)
     }
 
     /// Releases the text held back and returns it. Call it when generation
@@ -589,6 +574,211 @@ impl<'c> StopChecker<'c> {
     /// # Ok::<(), logits::stop::StopError>(())
     /// ```
     pub fn flush(&mut self) -> &str {
+        self.state.flush()
+    }
+}
+
+/// A [`StopChecker`] that owns its conditions (behind an [`Arc`], so the `n`
+/// samples of one request can share them), for a per-request struct that cannot
+/// hold a borrow.
+///
+/// It decides exactly what a [`StopChecker`] over the same conditions decides,
+/// push for push.
+///
+/// ```
+/// use logits::stop::{FinishReason, OwnedStopChecker, StopConditions};
+///
+/// struct Request {
+///     checker: OwnedStopChecker, // no lifetime to carry
+/// }
+///
+/// let conditions = StopConditions::builder().stop_tokens([151645]).max_tokens(8).build()?;
+/// let mut request = Request { checker: OwnedStopChecker::new(conditions) };
+/// assert_eq!(request.checker.push(1, b"Basil").text, "Basil");
+/// let step = request.checker.push(151645, b"");
+/// assert_eq!(step.finish, Some(FinishReason::StopToken(151645)));
+/// # Ok::<(), logits::stop::StopError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct OwnedStopChecker {
+    conditions: Arc<StopConditions>,
+    state: CheckerState,
+}
+
+impl OwnedStopChecker {
+    /// A checker for one generation under `conditions` (a [`StopConditions`] or an
+    /// `Arc` of one, shared with other checkers).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use logits::stop::{OwnedStopChecker, StopConditions};
+    ///
+    /// let shared = Arc::new(StopConditions::builder().max_tokens(2).build()?);
+    /// let checkers: Vec<_> = (0..4).map(|_| OwnedStopChecker::new(shared.clone())).collect();
+    /// assert_eq!(checkers[3].conditions().max_tokens(), Some(2));
+    /// # Ok::<(), logits::stop::StopError>(())
+    /// ```
+    pub fn new(conditions: impl Into<Arc<StopConditions>>) -> Self {
+        let conditions = conditions.into();
+        let state = CheckerState::new(&conditions);
+        OwnedStopChecker { conditions, state }
+    }
+
+    /// Forgets the current generation, keeping the buffers (see
+    /// [`StopChecker::reset`]).
+    pub fn reset(&mut self) {
+        self.state.reset();
+    }
+
+    /// The conditions this checker applies.
+    pub fn conditions(&self) -> &StopConditions {
+        &self.conditions
+    }
+
+    /// The shared handle to the conditions.
+    pub fn shared_conditions(&self) -> &Arc<StopConditions> {
+        &self.conditions
+    }
+
+    /// How many tokens have been pushed (stop tokens included).
+    pub fn generated(&self) -> usize {
+        self.state.generated
+    }
+
+    /// Why generation ended, or `None` while it goes on.
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        self.state.finished
+    }
+
+    /// The token ids to forbid for the next draw (see
+    /// [`StopChecker::banned_tokens`]).
+    ///
+    /// ```
+    /// use logits::stop::{OwnedStopChecker, StopConditions};
+    ///
+    /// let c = StopConditions::builder().stop_tokens([151645]).min_tokens(1).build()?;
+    /// let mut checker = OwnedStopChecker::new(c);
+    /// assert_eq!(checker.banned_tokens(), &[151645]);
+    /// checker.push(42, b"Basil");
+    /// assert!(checker.banned_tokens().is_empty());
+    /// # Ok::<(), logits::stop::StopError>(())
+    /// ```
+    pub fn banned_tokens(&self) -> &[TokenId] {
+        self.state.banned_tokens(&self.conditions)
+    }
+
+    /// Records one generated token and the bytes it decodes to (see
+    /// [`StopChecker::push`]).
+    pub fn push(&mut self, token: TokenId, piece: &[u8]) -> Step<'_> {
+        self.state.push(&self.conditions, token, piece)
+    }
+
+    /// Releases the text held back and returns it (see [`StopChecker::flush`]).
+    pub fn flush(&mut self) -> &str {
+        self.state.flush()
+    }
+}
+
+impl From<StopChecker<'_>> for OwnedStopChecker {
+    fn from(checker: StopChecker<'_>) -> Self {
+        OwnedStopChecker {
+            conditions: Arc::new(checker.conditions.clone()),
+            state: checker.state,
+        }
+    }
+}
+
+/// What a checker remembers of one generation; the conditions are passed in.
+#[derive(Debug, Clone)]
+struct CheckerState {
+    /// Bytes received but not yet emitted.
+    pending: Vec<u8>,
+    /// The text returned by the last call.
+    out: String,
+    generated: usize,
+    /// How many of the first `pending` bytes were pushed before stop strings could
+    /// match: a match must end past them.
+    early: usize,
+    finished: Option<FinishReason>,
+}
+
+impl CheckerState {
+    fn new(conditions: &StopConditions) -> Self {
+        let longest = conditions
+            .stop_strings
+            .iter()
+            .map(String::len)
+            .max()
+            .unwrap_or(0);
+        CheckerState {
+            pending: Vec::with_capacity(longest + 16),
+            out: String::with_capacity(longest + 16),
+            generated: 0,
+            early: 0,
+            finished: None,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.pending.clear();
+        self.out.clear();
+        self.generated = 0;
+        self.early = 0;
+        self.finished = None;
+    }
+
+    fn banned_tokens<'c>(&self, conditions: &'c StopConditions) -> &'c [TokenId] {
+        if self.generated < conditions.min_tokens {
+            &conditions.stop_tokens
+        } else {
+            &[]
+        }
+    }
+
+    fn push(&mut self, conditions: &StopConditions, token: TokenId, piece: &[u8]) -> Step<'_> {
+        self.out.clear();
+        if let Some(reason) = self.finished {
+            return Step {
+                text: &self.out,
+                finish: Some(reason),
+            };
+        }
+        self.generated += 1;
+        if conditions.is_stop_token(token) {
+            self.release_all();
+            return self.finish(FinishReason::StopToken(token));
+        }
+        self.pending.extend_from_slice(piece);
+        let match_strings = self.generated >= conditions.min_tokens;
+        if match_strings {
+            if let Some((at, index)) = self.find_stop_string(conditions) {
+                self.pending.truncate(at);
+                self.release_all();
+                return self.finish(FinishReason::StopString(index));
+            }
+        }
+        if conditions.max_tokens == Some(self.generated) {
+            self.release_all();
+            return self.finish(FinishReason::Length);
+        }
+        // Below `min_tokens` too, a suffix that could start a stop string is held
+        // back: the stop string may still end in a later token.
+        let hold = self
+            .stop_prefix_len(conditions)
+            .max(incomplete_utf8_tail(&self.pending));
+        let emit = self.pending.len() - hold;
+        push_lossy(&mut self.out, &self.pending[..emit]);
+        self.pending.drain(..emit);
+        // What is left was searched already when strings match; below `min_tokens`
+        // it may hold a whole stop string that must not match later.
+        self.early = if match_strings { 0 } else { self.pending.len() };
+        Step {
+            text: &self.out,
+            finish: None,
+        }
+    }
+
+    fn flush(&mut self) -> &str {
         self.out.clear();
         self.release_all();
         self.early = 0;
@@ -611,9 +801,9 @@ impl<'c> StopChecker<'c> {
 
     /// The earliest complete stop string in `pending` that ends past the `early`
     /// bytes: (start, index). Ties at the same start go to the string listed first.
-    fn find_stop_string(&self) -> Option<(usize, usize)> {
+    fn find_stop_string(&self, conditions: &StopConditions) -> Option<(usize, usize)> {
         let mut best: Option<(usize, usize)> = None;
-        for (index, stop) in self.conditions.stop_strings.iter().enumerate() {
+        for (index, stop) in conditions.stop_strings.iter().enumerate() {
             let stop = stop.as_bytes();
             let limit = best.map_or(self.pending.len(), |(at, _)| at + stop.len());
             let hay = &self.pending[..limit.min(self.pending.len())];
@@ -631,9 +821,9 @@ impl<'c> StopChecker<'c> {
 
     /// Length of the longest suffix of `pending` that is a proper prefix of
     /// some stop string.
-    fn stop_prefix_len(&self) -> usize {
+    fn stop_prefix_len(&self, conditions: &StopConditions) -> usize {
         let mut hold = 0;
-        for stop in &self.conditions.stop_strings {
+        for stop in &conditions.stop_strings {
             let stop = stop.as_bytes();
             let max = (stop.len() - 1).min(self.pending.len());
             for len in (hold + 1..=max).rev() {

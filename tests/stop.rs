@@ -327,3 +327,118 @@ fn streamed_text_equals_the_text_before_the_stop_for_every_split() {
         }
     }
 }
+
+mod owned {
+    use super::*;
+    use logits::stop::OwnedStopChecker;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    /// A per-request struct: it owns its checker, so it has no lifetime.
+    struct Request {
+        id: usize,
+        checker: OwnedStopChecker,
+    }
+
+    #[test]
+    fn a_request_struct_owns_its_checker() {
+        let mut requests: Vec<Request> = (0..3)
+            .map(|id| Request {
+                id,
+                checker: OwnedStopChecker::new(qwen3()),
+            })
+            .collect();
+        for r in &mut requests {
+            assert_eq!(r.checker.push(1, b"Basil").text, "Basil");
+        }
+        let step = requests[1].checker.push(151645, b"<|im_end|>");
+        assert_eq!(step.finish, Some(FinishReason::StopToken(151645)));
+        assert_eq!(requests[1].id, 1);
+        assert_eq!(requests[0].checker.finish_reason(), None);
+        assert_eq!(requests[1].checker.generated(), 2);
+    }
+
+    #[test]
+    fn checkers_share_one_arc_of_conditions() {
+        let shared = Arc::new(qwen3());
+        let a = OwnedStopChecker::new(shared.clone());
+        let b = OwnedStopChecker::new(shared.clone());
+        assert!(Arc::ptr_eq(a.shared_conditions(), b.shared_conditions()));
+        assert_eq!(a.conditions(), &qwen3());
+    }
+
+    #[test]
+    fn a_borrowed_checker_becomes_owned_mid_generation() {
+        let c = StopConditions::builder()
+            .stop_strings(["</answer>"])
+            .min_tokens(1)
+            .stop_tokens([9])
+            .build()
+            .unwrap();
+        let mut checker = StopChecker::new(&c);
+        assert_eq!(checker.banned_tokens(), &[9]);
+        assert_eq!(checker.push(1, b"x</ans").text, "x");
+        let mut owned = OwnedStopChecker::from(checker.clone());
+        let mut copy = checker.to_owned_checker();
+        drop(checker);
+        for o in [&mut owned, &mut copy] {
+            assert!(o.banned_tokens().is_empty());
+            let step = o.push(2, b"wer>");
+            assert_eq!(
+                (step.text, step.finish),
+                ("", Some(FinishReason::StopString(0)))
+            );
+        }
+    }
+
+    #[test]
+    fn reset_and_flush_behave_as_borrowed() {
+        let c = StopConditions::builder()
+            .stop_strings(["STOP"])
+            .max_tokens(3)
+            .build()
+            .unwrap();
+        let mut owned = OwnedStopChecker::new(c);
+        assert_eq!(owned.push(1, b"ok ST").text, "ok ");
+        assert_eq!(owned.flush(), "ST");
+        owned.push(2, b"a");
+        assert_eq!(owned.push(3, b"b").finish, Some(FinishReason::Length));
+        owned.reset();
+        assert_eq!((owned.generated(), owned.finish_reason()), (0, None));
+    }
+
+    proptest! {
+        /// Push for push, an owned checker decides what a borrowed one decides.
+        #[test]
+        fn owned_equals_borrowed(
+            stops in prop::collection::vec("[ab]{1,3}", 0..3),
+            stop_tokens in prop::collection::vec(0u32..6, 0..2),
+            min_tokens in 0usize..4,
+            max_tokens in prop::option::of(4usize..12),
+            pushes in prop::collection::vec((0u32..8, prop::collection::vec(prop::sample::select(vec![b'a', b'b', b'c', 0xE2, 0x82, 0xAC]), 0..4), any::<bool>()), 0..16),
+        ) {
+            let mut b = StopConditions::builder()
+                .stop_strings(stops)
+                .stop_tokens(stop_tokens)
+                .min_tokens(min_tokens);
+            if let Some(m) = max_tokens {
+                b = b.max_tokens(m);
+            }
+            let c = b.build().unwrap();
+            let mut borrowed = StopChecker::new(&c);
+            let mut owned = OwnedStopChecker::new(c.clone());
+            for (token, piece, flush) in pushes {
+                prop_assert_eq!(borrowed.banned_tokens(), owned.banned_tokens());
+                if flush {
+                    prop_assert_eq!(borrowed.flush().to_string(), owned.flush());
+                    continue;
+                }
+                let x = borrowed.push(token, &piece);
+                let (text, finish) = (x.text.to_string(), x.finish);
+                let y = owned.push(token, &piece);
+                prop_assert_eq!((text.as_str(), finish), (y.text, y.finish));
+                prop_assert_eq!(borrowed.generated(), owned.generated());
+            }
+        }
+    }
+}
