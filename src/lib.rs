@@ -133,6 +133,8 @@ mod mask;
 mod params;
 pub mod reference;
 mod sequence;
+#[cfg(feature = "serde")]
+mod serde_impls;
 mod stages;
 #[cfg(test)]
 mod test_rows;

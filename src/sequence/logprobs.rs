@@ -6,6 +6,8 @@ use crate::TokenId;
 /// Which logprobs [`Sampler::logprobs_into`](crate::Sampler::logprobs_into) and
 /// [`Chain::logprobs_into`](crate::Chain::logprobs_into) write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum LogprobKind {
     /// The log-softmax of the raw row over the vocabulary, before any adjustment, mask
     /// or cut: `l - max - ln(sum(exp(l - max)))`, the sum in `f64`.

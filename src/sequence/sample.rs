@@ -4,14 +4,21 @@ use crate::params::MAX_LOGPROBS;
 use crate::TokenId;
 
 /// One alternative token reported with a [`Sample`].
+///
+/// With the `serde` feature it is written as `{"token", "raw_logprob", "logprob"}`, a
+/// `-inf` logprob as the string `"-inf"`.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Alternative {
     /// The token id.
     pub token: TokenId,
     /// Its logprob under the model's raw distribution (log-softmax of the unprocessed row).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::ext_f32"))]
     pub raw_logprob: f32,
     /// Its logprob under the final distribution the token was drawn from; `-inf` when the
     /// pipeline removed it.
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_impls::ext_f32"))]
     pub logprob: f32,
 }
 
