@@ -104,6 +104,9 @@
 //! - [`stop`]: stop tokens, stop strings across token boundaries, length limits.
 //! - `testing` (feature `testing`): proptest strategies and checks against the reference.
 //! - `GenerationConfig` (feature `serde`): Hugging Face's `generation_config.json`.
+//! - `request` (feature `serde`): the OpenAI, vLLM and llama.cpp requests users send,
+//!   read into [`SamplingParams`], stop conditions and the rest, with an error naming
+//!   each bad field; `Serialize`/`Deserialize` for the data types.
 //!
 //! # Safety
 //!
@@ -132,6 +135,8 @@ mod kernels;
 mod mask;
 mod params;
 pub mod reference;
+#[cfg(feature = "serde")]
+pub mod request;
 mod sequence;
 #[cfg(feature = "serde")]
 mod serde_impls;

@@ -234,6 +234,11 @@ impl SamplingParamsBuilder {
         self.params.penalty_window = Some(n);
         self
     }
+    /// Counts the whole history for the penalties again (the default).
+    pub fn no_penalty_window(mut self) -> Self {
+        self.params.penalty_window = None;
+        self
+    }
     /// Whether prompt tokens count for the penalties (default true).
     pub fn penalize_prompt(mut self, yes: bool) -> Self {
         self.params.penalize_prompt = yes;
