@@ -1,7 +1,7 @@
-//! vLLM's OpenAI-compatible requests: the [`openai`](super::openai) fields plus vLLM's
+//! vLLM's OpenAI-compatible requests: the [`openai`] fields plus vLLM's
 //! extra sampling and guided-decoding fields.
 //!
-//! The OpenAI fields are read as in [`openai`](super::openai), except that vLLM allows
+//! The OpenAI fields are read as in [`openai`], except that vLLM allows
 //! any `temperature >= 0` and any number of stop strings. The extras:
 //!
 //! | field | valid | maps to |
