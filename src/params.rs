@@ -30,6 +30,10 @@ pub const MAX_LOGPROBS: usize = 20;
 /// | `seed` | 0 | any `u64` | — |
 /// | `logprobs` | off | `0..=20` alternatives | not set |
 ///
+/// With the `serde` feature it serialises with every field, and deserialises through the
+/// builder's checks (`SamplingParams::from_json` gives the typed error); requests in
+/// OpenAI's, vLLM's and llama.cpp's shapes are read by `logits::request`.
+///
 /// # Example
 /// ```
 /// use logits::SamplingParams;

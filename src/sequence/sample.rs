@@ -42,6 +42,10 @@ const EMPTY: Alternative = Alternative {
 /// With logprobs set to `n`, [`alternatives`](Self::alternatives) lists the `n` tokens
 /// most likely under the raw distribution (ties to the lower id), each with both logprobs.
 /// `Sample` is `Copy` and holds the alternatives inline: producing one allocates nothing.
+///
+/// With the `serde` feature it is written as `{"token", "logprob", "raw_logprob",
+/// "alternatives": [...]}` (a `-inf` logprob as `"-inf"`); OpenAI's logprobs record is
+/// `logits::request::TokenLogprob`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sample {
     /// The drawn token.
