@@ -136,6 +136,7 @@ mod mask;
 mod params;
 pub mod reference;
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod request;
 mod sequence;
 #[cfg(feature = "serde")]
