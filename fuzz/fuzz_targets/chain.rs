@@ -1,0 +1,213 @@
+//! Random chains: random stages in random orders with random parameters, over arbitrary
+//! rows in f32, f16 and bf16, with masks and a growing history. Every chain is run twice:
+//! as built, where the engine lowers the stages it knows onto its kernels, and with
+//! every stage hidden from the planner, where each stage's own `apply` runs on the
+//! candidates. The two must agree on every result: the error, or the token drawn for the
+//! same uniform and the final distribution's kept set.
+//!
+//! Tokens are compared only where the draw is not within 1e-9 (relative) of a boundary of
+//! the cumulative weights, and kept sets only where no cut is that close to its
+//! threshold: there the two summation orders may decide differently, which
+//! `tests/chain_vs_reference.rs` checks with rows built on the boundaries.
+#![no_main]
+
+use arbitrary::{Arbitrary, Unstructured};
+use libfuzzer_sys::fuzz_target;
+use logits::{
+    Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, LogitBias, MinP,
+    MirostatV2, Penalties, Stage, StageContext, Temperature, TokenId, TokenMask, TopK,
+    TopNSigma, TopP, TypicalP, Xtc,
+};
+use logits_fuzz::{assert_documented_sample_error, param, Dtype, Row};
+
+/// Hides a stage from the planner.
+#[derive(Debug)]
+struct Opaque(Box<dyn Stage>);
+
+impl Stage for Opaque {
+    fn name(&self) -> &'static str {
+        "opaque"
+    }
+    fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
+        self.0.apply(c, ctx)
+    }
+    fn observe(&mut self, token: TokenId, logprob: f32) {
+        self.0.observe(token, logprob);
+    }
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+}
+
+#[derive(Arbitrary, Clone, Copy, Debug)]
+enum Kind {
+    Bias,
+    Penalties,
+    Temperature,
+    TopK,
+    TopP,
+    MinP,
+    Typical,
+    Epsilon,
+    Eta,
+    Sigma,
+    Xtc,
+    MirostatV2,
+}
+
+/// One stage, built twice (the constructors are pure, so both copies are equal).
+fn stage(u: &mut Unstructured<'_>, kind: Kind, vocab: usize) -> arbitrary::Result<Option<[Box<dyn Stage>; 2]>> {
+    let keep = u.int_in_range(1..=4)?;
+    macro_rules! two {
+        ($e:expr) => {{
+            match $e {
+                Ok(s) => Some([Box::new(s.clone()) as Box<dyn Stage>, Box::new(s)]),
+                Err(e) => {
+                    assert!(matches!(e, Error::InvalidParameter { .. }), "{e:?}");
+                    None
+                }
+            }
+        }};
+    }
+    Ok(match kind {
+        Kind::Bias => {
+            let mut pairs = Vec::new();
+            for _ in 0..u.int_in_range(1..=3)? {
+                let id = u.int_in_range(0..=vocab.max(1) as u32 - 1)?;
+                let b = if u.ratio(1, 4)? { f32::NEG_INFINITY } else { param(u, -10.0, 10.0)? };
+                pairs.push((id, b));
+            }
+            two!(LogitBias::new(pairs))
+        }
+        Kind::Penalties => two!(Penalties::new(
+            param(u, 0.5, 2.0)?,
+            param(u, -1.0, 1.0)?,
+            param(u, -1.0, 1.0)?
+        )),
+        Kind::Temperature => two!(Temperature::new(param(u, 0.05, 3.0)?)),
+        Kind::TopK => two!(TopK::new(u.int_in_range(1..=40)?).map(|s| s.min_keep(keep))),
+        Kind::TopP => two!(TopP::new(param(u, 0.0, 1.0)?).map(|s| s.min_keep(keep))),
+        Kind::MinP => two!(MinP::new(param(u, 0.0, 1.0)?).map(|s| s.min_keep(keep))),
+        Kind::Typical => two!(TypicalP::new(param(u, 0.0, 1.0)?).map(|s| s.min_keep(keep))),
+        Kind::Epsilon => two!(EpsilonCutoff::new(param(u, 0.0, 0.5)?).map(|s| s.min_keep(keep))),
+        Kind::Eta => two!(EtaCutoff::new(param(u, 0.0, 0.5)?).map(|s| s.min_keep(keep))),
+        Kind::Sigma => two!(TopNSigma::new(param(u, 0.0, 3.0)?)),
+        Kind::Xtc => two!(Xtc::new(param(u, 0.0, 1.0)?, param(u, 0.0, 0.6)?)),
+        Kind::MirostatV2 => two!(MirostatV2::new(param(u, 0.5, 8.0)?, param(u, 0.01, 1.0)?)),
+    })
+}
+
+/// True when `u` lies within 1e-9 (relative) of a boundary of `dist`'s cumulative
+/// probabilities, or any probability is that close to 0.
+fn near_boundary(dist: &[(TokenId, f64)], u: f64) -> bool {
+    let mut cum = 0.0;
+    for &(_, p) in dist {
+        cum += p;
+        if (cum - u).abs() <= 1e-9 {
+            return true;
+        }
+    }
+    false
+}
+
+fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
+    let dtype: Dtype = u.arbitrary()?;
+    let vocab: usize = u.int_in_range(1..=48)?;
+    let mut built = Chain::builder(vocab);
+    let mut hidden = Chain::builder(vocab);
+    for _ in 0..u.int_in_range(0..=5)? {
+        let kind: Kind = u.arbitrary()?;
+        if let Some([a, b]) = stage(u, kind, vocab)? {
+            built = built.boxed_stage(a);
+            hidden = hidden.boxed_stage(Box::new(Opaque(b)));
+        }
+    }
+    let seed: u64 = u.arbitrary()?;
+    let (built, hidden) = (built.draw().seed(seed).build(), hidden.draw().seed(seed).build());
+    let (mut a, mut b): (Chain, Chain) = match (built, hidden) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(x), Err(y)) => {
+            assert_eq!(x, y);
+            return Ok(());
+        }
+        (x, y) => panic!("one build failed: {:?} / {:?}", x.err(), y.err()),
+    };
+    let prompt: Vec<TokenId> = (0..u.int_in_range(0..=6)?)
+        .map(|_| u.int_in_range(0..=vocab as u32 - 1))
+        .collect::<Result<_, _>>()?;
+    a.push_prompt(&prompt).unwrap();
+    b.push_prompt(&prompt).unwrap();
+    let (mut da, mut db) = (Vec::new(), Vec::new());
+    for _ in 0..u.int_in_range(1..=4)? {
+        let extra = u.int_in_range(0..=2)?;
+        let row = Row::arbitrary(u, dtype, vocab + extra)?;
+        let mask = if u.ratio(1, 3)? {
+            let mut m = TokenMask::new_empty(vocab);
+            for id in 0..vocab as u32 {
+                if u.arbitrary()? {
+                    m.allow(id).unwrap();
+                }
+            }
+            Some(m)
+        } else {
+            None
+        };
+        let uniform = f64::from(u.arbitrary::<u32>()?) / 4_294_967_296.0;
+        let (ra, rb) = match &row {
+            Row::F32(r) => (
+                a.distribution(r, mask.as_ref(), &mut da),
+                b.distribution(r, mask.as_ref(), &mut db),
+            ),
+            Row::F16(r) => (
+                a.distribution(r, mask.as_ref(), &mut da),
+                b.distribution(r, mask.as_ref(), &mut db),
+            ),
+            Row::Bf16(r) => (
+                a.distribution(r, mask.as_ref(), &mut da),
+                b.distribution(r, mask.as_ref(), &mut db),
+            ),
+        };
+        match (ra, rb) {
+            (Ok(()), Ok(())) => {
+                let total: f64 = da.iter().map(|x| x.1).sum();
+                assert!((total - 1.0).abs() < 1e-9, "{total}");
+                assert!(da.iter().all(|x| x.1.is_finite() && x.1 >= 0.0));
+            }
+            (Err(x), Err(y)) => {
+                assert_documented_sample_error(&x);
+                assert_eq!(x, y);
+                continue;
+            }
+            (x, y) => panic!("distribution: {x:?} / {y:?}"),
+        }
+        let (sa, sb) = match &row {
+            Row::F32(r) => (
+                a.sample_with_uniform(r, mask.as_ref(), uniform),
+                b.sample_with_uniform(r, mask.as_ref(), uniform),
+            ),
+            Row::F16(r) => (
+                a.sample_with_uniform(r, mask.as_ref(), uniform),
+                b.sample_with_uniform(r, mask.as_ref(), uniform),
+            ),
+            Row::Bf16(r) => (
+                a.sample_with_uniform(r, mask.as_ref(), uniform),
+                b.sample_with_uniform(r, mask.as_ref(), uniform),
+            ),
+        };
+        let (sa, sb) = (sa.expect("a distribution was found"), sb.expect("and here"));
+        assert!((sa.token as usize) < vocab);
+        assert!(da.iter().any(|&(id, p)| id == sa.token && p > 0.0), "{sa:?} not in {da:?}");
+        if !near_boundary(&da, uniform) && !near_boundary(&db, uniform) {
+            assert_eq!(sa.token, sb.token, "{da:?} / {db:?} at {uniform}");
+        }
+        // At a boundary the two may draw different tokens; their states part there.
+        if sa.token != sb.token {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+fuzz_target!(|data: &[u8]| {
+    let _ = run(&mut Unstructured::new(data));
+});
