@@ -190,6 +190,7 @@ pub use rng::{u64_to_unit, DrawRng};
 pub use sample::{Alternative, Sample};
 pub use sampler::Sampler;
 pub use sequence_sampler::SequenceSampler;
+pub use simd::{simd_level, SimdLevel};
 pub use temperature::Temperature;
 pub use top_k::TopK;
 pub use top_n_sigma::TopNSigma;

@@ -86,6 +86,51 @@ fn level() -> Level {
     Level::Portable
 }
 
+/// The instruction set the crate's vectorised passes run with on this CPU, as
+/// [`simd_level`] reports it.
+///
+/// Every level gives the same tokens; only the speed differs. Benchmark figures should
+/// state the level they were measured at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SimdLevel {
+    /// The code compiled for the target as it is (on x86-64 by default SSE2, 4 `f32`
+    /// lanes): another architecture, or an x86-64 CPU without FMA.
+    Portable,
+    /// The copies compiled for AVX2 with FMA (8 `f32` lanes).
+    Avx2,
+    /// The copies compiled for AVX-512 F, BW and VL with FMA (16 `f32` lanes).
+    Avx512,
+}
+
+impl std::fmt::Display for SimdLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SimdLevel::Portable => "portable",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+        })
+    }
+}
+
+/// The widest instruction set the CPU offers among those the crate's passes are compiled
+/// for: the one every sampling call dispatches to, detected at run time.
+///
+/// ```
+/// let level = logits::simd_level();
+/// println!("sampling passes run with {level}");
+/// assert!(["portable", "avx2", "avx512"].contains(&level.to_string().as_str()));
+/// ```
+pub fn simd_level() -> SimdLevel {
+    match level() {
+        Level::Portable => SimdLevel::Portable,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => SimdLevel::Avx2,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => SimdLevel::Avx512,
+    }
+}
+
 /// Defines `$name`, which runs the always-inlined `$inner` compiled for the widest
 /// [`Level`] the CPU has, and the two compiled copies it picks from. With a second path
 /// `$wide`, the compiled copies run `$wide` instead (a variant for wider instruction
