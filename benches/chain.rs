@@ -30,7 +30,7 @@ use logits::{
 };
 
 mod common;
-use common::{flat, floor, peaked, row_sets, softmax_std, softmax_vec};
+use common::{flat, floor, peaked, row_sets, softmax_std, softmax_vec, Machine};
 
 const N: usize = 151_936;
 const SEED: u64 = 1;
@@ -187,6 +187,7 @@ fn describe(shape: &str, row: &[f32]) {
 }
 
 fn chains(c: &mut Criterion) {
+    eprintln!("{}", Machine::detect().line());
     for (shape, make) in [("peaked", peaked as fn(usize) -> Vec<f32>), ("flat", flat)] {
         let row = make(N);
         let row16: Vec<bf16> = row.iter().map(|&x| bf16::from_f32(x)).collect();

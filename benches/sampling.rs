@@ -11,7 +11,7 @@ use logits::{reference, History, Sampler, SamplingParams, TokenMask};
 use std::time::Duration;
 
 mod common;
-use common::{flat, floor, peaked, peaked_from, softmax_std, Mix};
+use common::{flat, floor, peaked, peaked_from, row_sets, softmax_std, Machine, Mix};
 
 const SIZES: [usize; 3] = [32_000, 151_936, 256_000];
 
@@ -46,6 +46,7 @@ fn bench_sampler<T: logits::Logit>(
 }
 
 fn sampling(c: &mut Criterion) {
+    eprintln!("{}", Machine::detect().line());
     for (shape, make) in [("peaked", peaked as fn(usize) -> Vec<f32>), ("flat", flat)] {
         let mut g = c.benchmark_group(shape);
         g.warm_up_time(Duration::from_millis(200))
@@ -53,6 +54,11 @@ fn sampling(c: &mut Criterion) {
             .sample_size(15);
         for n in SIZES {
             let row = make(n);
+            let (nucleus, nucleus_06, min_p) = row_sets(&row, 0.6);
+            eprintln!(
+                "{shape} row, {n} logits: top-p 0.95 nucleus {nucleus} tokens ({nucleus_06} \
+                 at T 0.6), min-p 0.05 keeps {min_p}"
+            );
             let row16: Vec<bf16> = row.iter().map(|&x| bf16::from_f32(x)).collect();
             let mut r = Mix(7);
             let prompt: Vec<u32> = (0..64).map(|_| (r.next() % n as u64) as u32).collect();

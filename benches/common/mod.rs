@@ -1,45 +1,19 @@
 //! The rows and baselines shared by the `sampling` and `chain` benches: one definition of
 //! the peaked and flat rows, of the read floor and of the softmax baselines, so that
-//! figures from either bench are measured against the same things.
+//! figures from either bench are measured against the same things. The rows and the
+//! floor come from `tests/mix/rows.rs`, which the `bench` example includes too.
 #![allow(dead_code)]
 
 #[path = "../../tests/mix/mod.rs"]
 pub mod mix;
-pub use mix::Mix;
-
-/// A peaked row: 36 plausible tokens 8 to 15 above an N(0, 2) background.
-pub fn peaked(n: usize) -> Vec<f32> {
-    peaked_from(Mix(n as u64), n)
-}
-
-/// A peaked row from the generator `r`.
-pub fn peaked_from(mut r: Mix, n: usize) -> Vec<f32> {
-    let mut row: Vec<f32> = (0..n).map(|_| (2.0 * r.normal()) as f32).collect();
-    for _ in 0..36 {
-        let i = (r.next() % n as u64) as usize;
-        row[i] = (8.0 + 7.0 * r.unit()) as f32;
-    }
-    row
-}
-
-/// A flat row: N(0, 1), where the 0.95 nucleus holds about 74% of the tokens.
-pub fn flat(n: usize) -> Vec<f32> {
-    let mut r = Mix(n as u64 ^ 0xF1A7);
-    (0..n).map(|_| r.normal() as f32).collect()
-}
-
-/// The sum of the row: one read, vectorised.
-pub fn floor(row: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let chunks = row.chunks_exact(16);
-    let rem: f32 = chunks.remainder().iter().sum();
-    for c in chunks {
-        for j in 0..16 {
-            acc[j] += c[j];
-        }
-    }
-    acc.iter().sum::<f32>() + rem
-}
+// Each bench uses some of these.
+use mix::rows::{min_p_size, nucleus};
+#[allow(unused_imports)]
+pub use mix::{
+    machine::Machine,
+    rows::{flat, floor, peaked, peaked_from},
+    Mix,
+};
 
 /// A plain softmax with std's `f32::exp`: max, exp and sum, normalise.
 pub fn softmax_std(row: &[f32], out: &mut [f32]) -> f32 {
@@ -151,26 +125,9 @@ fn exp_neg<const FUSED: bool>(x: f32) -> f32 {
 /// temperature 1 and at `t`, and the number of tokens min-p 0.05 keeps (at temperature
 /// 1), computed exactly in `f64` with a sort.
 pub fn row_sets(row: &[f32], t: f64) -> (usize, usize, usize) {
-    let max = f64::from(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
-    let nucleus = |t: f64| {
-        let mut w: Vec<f64> = row
-            .iter()
-            .map(|&l| ((f64::from(l) - max) / t).exp())
-            .collect();
-        let z: f64 = w.iter().sum();
-        w.sort_by(|a, b| b.total_cmp(a));
-        let mut cum = 0.0;
-        1 + w
-            .iter()
-            .position(|&x| {
-                cum += x;
-                cum >= 0.95 * z
-            })
-            .unwrap_or(w.len() - 1)
-    };
-    let min_p = row
-        .iter()
-        .filter(|&&l| (f64::from(l) - max).exp() >= 0.05)
-        .count();
-    (nucleus(1.0), nucleus(t), min_p)
+    (
+        nucleus(row, 1.0, 0.95),
+        nucleus(row, t, 0.95),
+        min_p_size(row, 1.0, 0.05),
+    )
 }

@@ -2,6 +2,9 @@
 //! the same on every platform and in every run.
 #![allow(dead_code)]
 
+pub mod machine;
+pub mod rows;
+
 /// A SplitMix64 state.
 pub struct Mix(pub u64);
 
