@@ -876,10 +876,10 @@ fn percentiles(t: &mut [Duration]) -> (f64, f64, f64) {
 }
 
 /// The `p` of the nucleus and of the min-p set the bench reports.
-fn set_ps(o: &Options) -> (f64, f64) {
+fn set_ps(o: &Options) -> (f32, f32) {
     let top_p = if o.top_p < 1.0 { o.top_p } else { 0.95 };
     let min_p = if o.min_p > 0.0 { o.min_p } else { 0.05 };
-    (f64::from(top_p), f64::from(min_p))
+    (top_p, min_p)
 }
 
 fn run<T: Element>(
@@ -945,7 +945,10 @@ fn run<T: Element>(
     let mut allocs = vec![0u64; impls.len()];
     for (r, src) in rows.iter().enumerate() {
         let as_f32: Vec<f32> = src.iter().map(|x| x.load()).collect();
-        let sets = (nucleus(&as_f32, t, top_p), min_p_size(&as_f32, t, min_p));
+        let sets = (
+            nucleus(&as_f32, t, f64::from(top_p)),
+            min_p_size(&as_f32, t, f64::from(min_p)),
+        );
         times.iter_mut().for_each(Vec::clear);
         allocs.fill(0);
         for i in 0..o.warmup + o.iters {
