@@ -265,3 +265,49 @@ fn extreme_temperatures_match_the_reference() {
         assert_matches_reference(row, &top_p);
     }
 }
+
+/// Fuzz target `chain`: a repetition penalty below 1 turned a huge finite logit into
+/// `+inf`; with a whole-row stage after the penalties (top-n-sigma here), the planned
+/// chain handed that row to the stage, whose statistics became NaN and cut every token
+/// (`NoCandidates`), where the same stages hidden from the planner, and the chain
+/// without the whole-row stage, refuse the row with `InfiniteLogit`.
+#[test]
+fn a_penalty_that_overflows_is_refused_before_a_whole_row_stage() {
+    use logits::{Error, Penalties, Stage, TopNSigma};
+    let row = [0.5f32, 1.0e31, -2.0, 3.0];
+    let stages = || -> Vec<Box<dyn Stage>> {
+        vec![
+            Box::new(Penalties::new(1e-12, 0.0, 0.0).unwrap()),
+            Box::new(TopNSigma::new(1.0).unwrap()),
+        ]
+    };
+    for n in 1..=2 {
+        let mut b = Chain::builder(4);
+        for s in stages().into_iter().take(n) {
+            b = b.boxed_stage(s);
+        }
+        let mut chain = b.draw().build().unwrap();
+        chain.push_prompt(&[1]).unwrap();
+        let mut dist = Vec::new();
+        assert_eq!(
+            chain.distribution(&row, None, &mut dist),
+            Err(Error::InfiniteLogit { index: 1 }),
+            "{n} stages"
+        );
+        assert_eq!(
+            chain.sample(&row).map(|s| s.token),
+            Err(Error::InfiniteLogit { index: 1 })
+        );
+    }
+    // Masked out, the overflowing token is no error.
+    let mut chain = Chain::builder(4)
+        .boxed_stage(stages().remove(0))
+        .stage(TopNSigma::new(1.0).unwrap())
+        .draw()
+        .build()
+        .unwrap();
+    chain.push_prompt(&[1]).unwrap();
+    let mut mask = logits::TokenMask::new_full(4);
+    mask.disallow(1).unwrap();
+    assert_ne!(chain.sample_masked(&row, &mask).unwrap().token, 1);
+}

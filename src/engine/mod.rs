@@ -891,6 +891,21 @@ impl Engine {
         if let Some(mask) = mask {
             mask.apply(logits)?;
         }
+        // A bias or a penalty can push a huge finite logit to `+inf` (the row itself was
+        // checked): refused as the patched passes and a `Penalties` stage refuse it,
+        // before any stage sees the row. Only the tokens they touched can be such.
+        let bad = (self.params.logit_bias().iter().map(|&(id, _)| id))
+            .chain(window.iter().copied())
+            .filter(|&id| adjust::not_finite_above(logits[id as usize]))
+            .min();
+        if let Some(id) = bad {
+            let index = id as usize;
+            return Err(if logits[index].is_nan() {
+                Error::NanLogit { index }
+            } else {
+                Error::InfiniteLogit { index }
+            });
+        }
         let ctx = StageContext {
             history: self.seq.view(),
             seed: self.params.seed(),
