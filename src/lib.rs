@@ -155,8 +155,8 @@ use kernels::{adjust, exp, greedy, histogram, mass, select, simd, stats};
 use sequence::{batch, draw, history, logprobs, rng, sample};
 use stages::{
     allowed_tokens, bad_words, bias, dry, dynamic_temperature, epsilon_cutoff, eta_cutoff,
-    min_new_tokens, min_p, mirostat, no_repeat_ngram, penalty, processor, temperature, top_k,
-    top_n_sigma, top_p, typical_p, xtc,
+    min_new_tokens, min_p, mirostat, no_repeat_ngram, penalty, processor, sequence_bias,
+    temperature, top_k, top_n_sigma, top_p, typical_p, xtc,
 };
 
 pub use allowed_tokens::AllowedTokens;
@@ -189,6 +189,7 @@ pub use processor::LogitsProcessor;
 pub use rng::{u64_to_unit, DrawRng};
 pub use sample::{Alternative, Sample};
 pub use sampler::Sampler;
+pub use sequence_bias::SequenceBias;
 pub use sequence_sampler::SequenceSampler;
 pub use simd::{simd_level, SimdLevel};
 pub use temperature::Temperature;

@@ -20,6 +20,7 @@ pub(crate) mod mirostat;
 pub(crate) mod no_repeat_ngram;
 pub(crate) mod penalty;
 pub(crate) mod processor;
+pub(crate) mod sequence_bias;
 pub(crate) mod temperature;
 pub(crate) mod top_k;
 pub(crate) mod top_n_sigma;
