@@ -18,7 +18,14 @@ use crate::TokenId;
 /// Works as a [`Stage`] of a [`Chain`](crate::Chain) and as a [`LogitsProcessor`] for
 /// [`Sampler::add_processor`](crate::Sampler::add_processor).
 ///
-/// - **Default**: no sequences.
+/// - **Default**: no sequences; every sequence is banned, an end-of-sequence token's
+///   included.
+/// - **EOS**: transformers' `NoBadWordsLogitsProcessor` drops a bad word that is exactly
+///   one EOS token (`generate` passes the model's `eos_token_id`), so that a bad-words
+///   list built from special tokens cannot make generation endless. Opt in with
+///   [`eos_token_id`](Self::eos_token_id): a one-token sequence equal to one of those ids
+///   is then ignored. A longer sequence that ends in EOS is still banned, as there. Without
+///   it, nothing is ignored.
 /// - **Edge cases**: a banned id outside the vocabulary gives
 ///   [`Error::TokenOutOfRange`]: when the [`Chain`](crate::Chain) is built, wherever the
 ///   stage stands, and at sampling time as a processor (as Hugging Face raises); an
@@ -34,6 +41,11 @@ use crate::TokenId;
 /// chain.push_prompt(&[1])?; // "1 3" would complete: 3 is banned, 2 always is
 /// assert_eq!(chain.sample(&[0.0f32, 1.0, 9.0, 8.0])?.token, 1);
 /// assert!(BadWords::new([Vec::<u32>::new()]).is_err());
+///
+/// // With EOS (3) given, the one-token bad word [3] is ignored, as in transformers.
+/// let stage = BadWords::new([vec![3], vec![2]])?.eos_token_id([3]);
+/// let mut chain = Chain::builder(4).stage(stage).greedy().build()?;
+/// assert_eq!(chain.sample(&[0.0f32, 1.0, 9.0, 8.0])?.token, 3);
 /// # Ok::<(), logits::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +76,21 @@ impl BadWords {
             out.push(s.to_vec());
         }
         Ok(BadWords { sequences: out })
+    }
+
+    /// The end-of-sequence token ids, as transformers' `eos_token_id`: a bad word that is
+    /// exactly one of these ids, alone, is dropped (a longer sequence ending in one is
+    /// kept). Ids need not be in the vocabulary; calling it again drops more.
+    pub fn eos_token_id(mut self, eos: impl IntoIterator<Item = TokenId>) -> Self {
+        for id in eos {
+            self.sequences.retain(|s| s.as_slice() != [id]);
+        }
+        self
+    }
+
+    /// The bad-word sequences still in force, in the order given.
+    pub fn sequences(&self) -> impl Iterator<Item = &[TokenId]> + '_ {
+        self.sequences.iter().map(Vec::as_slice)
     }
 
     /// Calls `ban` for each token to ban after `history`.
