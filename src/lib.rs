@@ -156,7 +156,8 @@ use sequence::{batch, draw, history, logprobs, rng, sample};
 use stages::{
     allowed_tokens, bad_words, bias, dry, dynamic_temperature, epsilon_cutoff, eta_cutoff,
     min_new_tokens, min_p, mirostat, no_repeat_ngram, penalty, processor, sequence_bias,
-    temperature, top_k, top_n_sigma, top_p, typical_p, xtc,
+    suppress_tokens, suppress_tokens_at_begin, temperature, token_list, top_k, top_n_sigma, top_p,
+    typical_p, xtc,
 };
 
 pub use allowed_tokens::AllowedTokens;
@@ -192,6 +193,8 @@ pub use sampler::Sampler;
 pub use sequence_bias::SequenceBias;
 pub use sequence_sampler::SequenceSampler;
 pub use simd::{simd_level, SimdLevel};
+pub use suppress_tokens::SuppressTokens;
+pub use suppress_tokens_at_begin::SuppressTokensAtBegin;
 pub use temperature::Temperature;
 pub use top_k::TopK;
 pub use top_n_sigma::TopNSigma;
