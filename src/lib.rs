@@ -155,9 +155,9 @@ use kernels::{adjust, exp, greedy, histogram, mass, select, simd, stats};
 use sequence::{batch, draw, history, logprobs, rng, sample};
 use stages::{
     allowed_tokens, bad_words, bias, dry, dynamic_temperature, epsilon_cutoff, eta_cutoff,
-    forced_bos, forced_eos, min_new_tokens, min_p, mirostat, no_repeat_ngram, penalty, processor,
-    sequence_bias, suppress_tokens, suppress_tokens_at_begin, temperature, token_list, top_k,
-    top_n_sigma, top_p, typical_p, xtc,
+    exponential_decay_length_penalty, forced_bos, forced_eos, min_new_tokens, min_p, mirostat,
+    no_repeat_ngram, penalty, processor, sequence_bias, suppress_tokens, suppress_tokens_at_begin,
+    temperature, token_list, top_k, top_n_sigma, top_p, typical_p, xtc,
 };
 
 pub use allowed_tokens::AllowedTokens;
@@ -173,6 +173,7 @@ pub use element::Logit;
 pub use epsilon_cutoff::EpsilonCutoff;
 pub use error::Error;
 pub use eta_cutoff::EtaCutoff;
+pub use exponential_decay_length_penalty::ExponentialDecayLengthPenalty;
 pub use forced_bos::ForcedBos;
 pub use forced_eos::ForcedEos;
 #[cfg(feature = "serde")]

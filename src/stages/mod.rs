@@ -14,6 +14,7 @@ pub(crate) mod dry;
 pub(crate) mod dynamic_temperature;
 pub(crate) mod epsilon_cutoff;
 pub(crate) mod eta_cutoff;
+pub(crate) mod exponential_decay_length_penalty;
 pub(crate) mod forced_bos;
 pub(crate) mod forced_eos;
 pub(crate) mod min_new_tokens;
