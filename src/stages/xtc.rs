@@ -25,6 +25,10 @@ const SALT: u64 = 0x5854_4300; // "XTC\0"
 /// `p > min` rule); llama.cpp keeps one of them. The cut is skipped when fewer than
 /// `min_keep` candidates would remain.
 ///
+/// The threshold is inclusive (`p_i >= threshold`), as in llama.cpp; mlx-lm's is strict
+/// (`p_i > threshold`), which [`strict_threshold`](Self::strict_threshold) selects. The
+/// two differ only for a token whose probability equals the threshold exactly.
+///
 /// - **Defaults**: llama.cpp `xtc_probability = 0` (off), `xtc_threshold = 0.1`.
 /// - **Edge cases**: fewer than two candidates, `probability = 0`, or fewer than two
 ///   tokens above the threshold: unchanged. `threshold > 0.5` would make two such tokens
@@ -47,6 +51,7 @@ pub struct Xtc {
     probability: f32,
     threshold: f32,
     min_keep: usize,
+    strict: bool,
     special: Vec<TokenId>,
     weights: Vec<f64>,
 }
@@ -76,6 +81,7 @@ impl Xtc {
             probability,
             threshold,
             min_keep: 1,
+            strict: false,
             special: Vec::new(),
             weights: Vec::new(),
         })
@@ -96,6 +102,12 @@ impl Xtc {
             min_keep: n.max(1),
             ..self
         }
+    }
+
+    /// Take the tokens strictly above the threshold (`p_i > threshold`, mlx-lm's rule)
+    /// instead of at or above it (`p_i >= threshold`, llama.cpp's and the default).
+    pub fn strict_threshold(self, strict: bool) -> Self {
+        Xtc { strict, ..self }
     }
 
     /// The probability that XTC acts at a step.
@@ -123,12 +135,14 @@ impl Stage for Xtc {
         }
         let total = c.weights(&mut self.weights);
         let thr = f64::from(self.threshold);
+        let strict = self.strict;
         let (mut above, mut least) = (0usize, f64::INFINITY);
         let mut live = 0usize;
         for &w in &self.weights {
             if w > 0.0 {
                 live += 1;
-                if w / total >= thr {
+                let p = w / total;
+                if p > thr || (!strict && p == thr) {
                     above += 1;
                     least = least.min(w);
                 }
