@@ -157,7 +157,7 @@ use stages::{
     allowed_tokens, bad_words, bias, dry, dynamic_temperature, epsilon_cutoff, eta_cutoff,
     exponential_decay_length_penalty, forced_bos, forced_eos, min_new_tokens, min_p, mirostat,
     no_repeat_ngram, penalty, processor, sequence_bias, suppress_tokens, suppress_tokens_at_begin,
-    temperature, token_list, top_k, top_n_sigma, top_p, typical_p, xtc,
+    temperature, token_list, top_h, top_k, top_n_sigma, top_p, typical_p, xtc,
 };
 
 pub use allowed_tokens::AllowedTokens;
@@ -199,6 +199,7 @@ pub use simd::{simd_level, SimdLevel};
 pub use suppress_tokens::SuppressTokens;
 pub use suppress_tokens_at_begin::SuppressTokensAtBegin;
 pub use temperature::Temperature;
+pub use top_h::TopH;
 pub use top_k::TopK;
 pub use top_n_sigma::TopNSigma;
 pub use top_p::TopP;

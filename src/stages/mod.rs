@@ -28,6 +28,7 @@ pub(crate) mod suppress_tokens;
 pub(crate) mod suppress_tokens_at_begin;
 pub(crate) mod temperature;
 pub(crate) mod token_list;
+pub(crate) mod top_h;
 pub(crate) mod top_k;
 pub(crate) mod top_n_sigma;
 pub(crate) mod top_p;
