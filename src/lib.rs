@@ -156,8 +156,9 @@ use sequence::{batch, draw, history, logprobs, rng, sample};
 use stages::{
     allowed_tokens, bad_words, bias, dry, dynamic_temperature, epsilon_cutoff, eta_cutoff,
     exponential_decay_length_penalty, forced_bos, forced_eos, min_new_tokens, min_p, mirostat,
-    no_repeat_ngram, penalty, processor, sequence_bias, suppress_tokens, suppress_tokens_at_begin,
-    temperature, token_list, top_h, top_k, top_n_sigma, top_p, typical_p, xtc,
+    no_repeat_ngram, normalized_repetition_penalty, penalty, processor, sequence_bias,
+    suppress_tokens, suppress_tokens_at_begin, temperature, token_list, top_h, top_k, top_n_sigma,
+    top_p, typical_p, xtc,
 };
 
 pub use allowed_tokens::AllowedTokens;
@@ -187,6 +188,7 @@ pub use min_new_tokens::MinNewTokens;
 pub use min_p::MinP;
 pub use mirostat::{Mirostat, MirostatV2};
 pub use no_repeat_ngram::NoRepeatNGram;
+pub use normalized_repetition_penalty::NormalizedRepetitionPenalty;
 pub use params::{SamplingParams, SamplingParamsBuilder, MAX_LOGPROBS};
 pub use penalty::Penalties;
 pub use processor::LogitsProcessor;

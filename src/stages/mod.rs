@@ -21,6 +21,7 @@ pub(crate) mod min_new_tokens;
 pub(crate) mod min_p;
 pub(crate) mod mirostat;
 pub(crate) mod no_repeat_ngram;
+pub(crate) mod normalized_repetition_penalty;
 pub(crate) mod penalty;
 pub(crate) mod processor;
 pub(crate) mod sequence_bias;
