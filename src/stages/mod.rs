@@ -12,6 +12,8 @@ pub(crate) mod bad_words;
 pub(crate) mod bias;
 pub(crate) mod dry;
 pub(crate) mod dynamic_temperature;
+pub(crate) mod encoder_no_repeat_ngram;
+pub(crate) mod encoder_repetition_penalty;
 pub(crate) mod epsilon_cutoff;
 pub(crate) mod eta_cutoff;
 pub(crate) mod exponential_decay_length_penalty;
