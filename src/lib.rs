@@ -154,12 +154,12 @@ use engine::{candidates, chain, sampler, scratch, sequence_sampler};
 use kernels::{adjust, exp, greedy, histogram, mass, select, simd, stats};
 use sequence::{batch, draw, history, logprobs, rng, sample};
 use stages::{
-    allowed_tokens, bad_words, bias, dry, dynamic_temperature, encoder_no_repeat_ngram,
-    encoder_repetition_penalty, epsilon_cutoff, eta_cutoff, exponential_decay_length_penalty,
-    forced_bos, forced_eos, min_new_tokens, min_p, mirostat, no_repeat_ngram,
-    normalized_repetition_penalty, penalty, processor, sequence_bias, suppress_tokens,
-    suppress_tokens_at_begin, temperature, token_list, top_h, top_k, top_n_sigma, top_p, typical_p,
-    xtc,
+    allowed_tokens, bad_words, bias, classifier_free_guidance, dry, dynamic_temperature,
+    encoder_no_repeat_ngram, encoder_repetition_penalty, epsilon_cutoff, eta_cutoff,
+    exponential_decay_length_penalty, forced_bos, forced_eos, min_new_tokens, min_p, mirostat,
+    no_repeat_ngram, normalized_repetition_penalty, penalty, processor, sequence_bias,
+    suppress_tokens, suppress_tokens_at_begin, temperature, token_list, top_h, top_k, top_n_sigma,
+    top_p, typical_p, xtc,
 };
 
 pub use allowed_tokens::AllowedTokens;
@@ -169,6 +169,7 @@ pub use bias::LogitBias;
 pub use candidates::Candidates;
 pub use chain::{Chain, ChainBuilder, Stage, StageContext};
 pub use decimal::as_decimal;
+pub use classifier_free_guidance::ClassifierFreeGuidance;
 pub use dry::Dry;
 pub use dynamic_temperature::DynamicTemperature;
 pub use element::Logit;

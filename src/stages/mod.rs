@@ -10,6 +10,7 @@
 pub(crate) mod allowed_tokens;
 pub(crate) mod bad_words;
 pub(crate) mod bias;
+pub(crate) mod classifier_free_guidance;
 pub(crate) mod dry;
 pub(crate) mod dynamic_temperature;
 pub(crate) mod encoder_no_repeat_ngram;
