@@ -159,7 +159,7 @@ use stages::{
     exponential_decay_length_penalty, forced_bos, forced_eos, min_new_tokens, min_p, mirostat,
     no_repeat_ngram, normalized_repetition_penalty, penalty, processor, sequence_bias,
     suppress_tokens, suppress_tokens_at_begin, temperature, token_list, top_h, top_k, top_n_sigma,
-    top_p, typical_p, xtc,
+    top_p, typical_p, watermark, xtc,
 };
 
 pub use allowed_tokens::AllowedTokens;
@@ -210,6 +210,7 @@ pub use top_k::TopK;
 pub use top_n_sigma::TopNSigma;
 pub use top_p::TopP;
 pub use typical_p::TypicalP;
+pub use watermark::{Watermark, WatermarkDetection, WatermarkDetector};
 pub use xtc::Xtc;
 
 /// A token id: an index into the vocabulary and the logits row.

@@ -37,4 +37,5 @@ pub(crate) mod top_k;
 pub(crate) mod top_n_sigma;
 pub(crate) mod top_p;
 pub(crate) mod typical_p;
+pub(crate) mod watermark;
 pub(crate) mod xtc;
