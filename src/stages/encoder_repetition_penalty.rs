@@ -91,9 +91,7 @@ impl EncoderRepetitionPenalty {
     }
 
     fn adjust(&self, l: f32) -> f32 {
-        if self.normalize {
-            l * self.inverse
-        } else if l < 0.0 {
+        if self.normalize || l < 0.0 {
             l * self.inverse
         } else {
             l / self.inverse
