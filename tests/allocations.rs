@@ -5,10 +5,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use logits::{
-    half::bf16, AllowedTokens, BadWords, Chain, Dry, DynamicTemperature, EpsilonCutoff, EtaCutoff,
-    LogitBias, LogprobKind, MinNewTokens, MinP, Mirostat, MirostatV2, NoRepeatNGram, Penalties,
-    Sampler, SamplingParams, SamplingParamsBuilder, Stage, Temperature, TokenMask, TopK, TopNSigma,
-    TopP, TypicalP, Xtc,
+    half::bf16, AllowedTokens, BadWords, Chain, Dry, DynamicTemperature, EncoderNoRepeatNGram,
+    EncoderRepetitionPenalty, EpsilonCutoff, EtaCutoff, ExponentialDecayLengthPenalty, ForcedBos,
+    ForcedEos, LogitBias, LogprobKind, MinNewTokens, MinP, Mirostat, MirostatV2, NoRepeatNGram,
+    NormalizedRepetitionPenalty, Penalties, Sampler, SamplingParams, SamplingParamsBuilder,
+    SequenceBias, Stage, SuppressTokens, SuppressTokensAtBegin, Temperature, TokenMask, TopH, TopK,
+    TopNSigma, TopP, TypicalP, Watermark, Xtc,
 };
 
 struct Counting;
@@ -215,6 +217,23 @@ fn warm_sampler_does_not_allocate() {
         Box::new(Temperature::new(0.8).unwrap()),
         Box::new(Mirostat::new(V, 5.0, 0.1, 100).unwrap()),
         Box::new(MirostatV2::new(5.0, 0.1).unwrap()),
+        Box::new(SequenceBias::new([(vec![5u32, 6], -1.0), (vec![9], 0.5)]).unwrap()),
+        Box::new(BadWords::new([[5u32], [7]]).unwrap().eos_token_id([7])),
+        Box::new(SuppressTokens::new([1, 8, 200]).unwrap()),
+        Box::new(SuppressTokensAtBegin::new([1, 8]).unwrap().begin_index(7)),
+        Box::new(ForcedBos::new(3).unwrap()),
+        Box::new(ForcedEos::max_new_tokens(6, [11]).unwrap()),
+        Box::new(ExponentialDecayLengthPenalty::new(1, 1.2, [11]).unwrap()),
+        Box::new(TopH::new(0.6).unwrap()),
+        Box::new(NormalizedRepetitionPenalty::new(1.3).unwrap()),
+        Box::new(
+            EncoderRepetitionPenalty::new(1.3, [4, 5, 6])
+                .unwrap()
+                .normalize(true),
+        ),
+        Box::new(EncoderNoRepeatNGram::new(2, [5, 6, 5, 7]).unwrap()),
+        Box::new(Watermark::new(V).unwrap()),
+        Box::new(Xtc::new(0.5, 0.1).unwrap().strict_threshold(true)),
     ];
     let chains: Vec<(&str, Chain)> = stages
         .into_iter()
