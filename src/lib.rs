@@ -97,7 +97,10 @@
 //! # More
 //!
 //! - [`Chain`]: any order of [`Stage`]s ending in one draw, with every sampler the major
-//!   engines ship ([`TypicalP`], [`Xtc`], [`Dry`], [`Mirostat`], [`TopNSigma`], ...).
+//!   engines ship ([`TypicalP`], [`Xtc`], [`Dry`], [`Mirostat`], [`TopNSigma`], ...) and
+//!   Hugging Face's processors under their names ([`SequenceBias`], [`SuppressTokens`],
+//!   [`ForcedEos`], [`ExponentialDecayLengthPenalty`], [`TopH`], [`Watermark`], ...);
+//!   [`ClassifierFreeGuidance`] combines a conditional and an unconditional row.
 //! - [`BatchSampler`]: many sequences at once, each with its own state (feature `rayon`
 //!   for all cores); rows are [`Sampler`]s or [`Chain`]s ([`SequenceSampler`]).
 //! - [`grammar`]: the grammar mask (regex, JSON schema, Lark with feature `llguidance`).
