@@ -6,16 +6,20 @@
 //! generator, so every run sees the same logits. Each stage is timed as
 //! "refill the candidates from the row, then apply the stage"; `refill` alone is the
 //! baseline to subtract. The `process/` cases time the `LogitsProcessor` form on a copy
-//! of the row (`copy` is their baseline).
+//! of the row (`copy` is their baseline). The `hf/` group times the Hugging Face
+//! processors the same way, each at a step where it acts, and `hf/cfg_combine` the
+//! two-row guidance into a buffer.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use logits::{
-    AllowedTokens, BadWords, Candidates, Dry, DynamicTemperature, EpsilonCutoff, EtaCutoff,
-    History, LogitsProcessor, MinNewTokens, Mirostat, MirostatV2, NoRepeatNGram, Stage,
-    StageContext, TokenId, TopNSigma, TypicalP, Xtc,
+    AllowedTokens, BadWords, Candidates, ClassifierFreeGuidance, Dry, DynamicTemperature,
+    EncoderNoRepeatNGram, EncoderRepetitionPenalty, EpsilonCutoff, EtaCutoff,
+    ExponentialDecayLengthPenalty, ForcedEos, History, LogitsProcessor, MinNewTokens, Mirostat,
+    MirostatV2, NoRepeatNGram, NormalizedRepetitionPenalty, SequenceBias, Stage, StageContext,
+    SuppressTokens, SuppressTokensAtBegin, TokenId, TopH, TopNSigma, TypicalP, Watermark, Xtc,
 };
 
 const V: usize = 151_936;
@@ -151,12 +155,83 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// The Hugging Face processors, each set up to act at the benchmark's step (a history of
+/// 1,024 tokens, all generated).
+fn hf_stages(hist: &[TokenId]) -> Vec<Box<dyn Stage>> {
+    let eos = [151_645u32, 151_643];
+    // 100 two-token sequences and 20 single tokens, as a bias list might hold.
+    let seqs = (0..100u32)
+        .map(|i| (vec![i * 13, i * 13 + 1], -2.0f32))
+        .chain((0..20u32).map(|i| (vec![i * 1001], 1.5)));
+    // Whisper's suppress_tokens list is about 90 ids.
+    let suppress: Vec<TokenId> = (0..90u32).map(|i| i * 1597 + 3).collect();
+    let encoder: Vec<TokenId> = hist.iter().map(|&t| (t * 7) % 5000).collect();
+    vec![
+        Box::new(SequenceBias::new(seqs).unwrap()),
+        Box::new(SuppressTokens::new(suppress.iter().copied()).unwrap()),
+        Box::new(
+            SuppressTokensAtBegin::new([220, 50_256])
+                .unwrap()
+                .begin_index(hist.len()),
+        ),
+        Box::new(ForcedEos::new(hist.len() + 1, eos).unwrap()),
+        Box::new(ExponentialDecayLengthPenalty::new(10, 1.01, eos).unwrap()),
+        Box::new(TopH::new(0.4).unwrap()),
+        Box::new(NormalizedRepetitionPenalty::new(1.2).unwrap()),
+        Box::new(
+            EncoderRepetitionPenalty::new(1.2, encoder.iter().copied())
+                .unwrap()
+                .normalize(true),
+        ),
+        Box::new(EncoderNoRepeatNGram::new(3, encoder).unwrap()),
+        Box::new(Watermark::new(V).unwrap()),
+        Box::new(Xtc::new(1.0, 0.1).unwrap().strict_threshold(true)),
+    ]
+}
+
+fn bench_hf(c: &mut Criterion) {
+    let row = peaked_row();
+    let hist = history();
+    let ctx = StageContext {
+        history: History::new(&hist, 0),
+        seed: 1,
+        step: hist.len() as u64,
+    };
+    let mut cands = Candidates::new();
+    c.bench_function("hf/refill", |b| {
+        b.iter(|| {
+            cands.reset_from(row.iter().copied());
+            black_box(cands.len())
+        })
+    });
+    for mut s in hf_stages(&hist) {
+        let name = format!("hf/stage/{}", s.name());
+        c.bench_function(&name, |b| {
+            b.iter(|| {
+                cands.reset_from(row.iter().copied());
+                s.apply(&mut cands, &ctx).unwrap();
+                black_box(cands.len())
+            })
+        });
+    }
+    let mut g = Gen(7);
+    let uncond: Vec<f32> = row.iter().map(|&l| l + g.normal() as f32).collect();
+    let cfg = ClassifierFreeGuidance::new(1.5).unwrap();
+    let mut out = vec![0.0f32; V];
+    c.bench_function("hf/cfg_combine", |b| {
+        b.iter(|| {
+            cfg.combine(&row, &uncond, &mut out).unwrap();
+            black_box(out[0])
+        })
+    });
+}
+
 criterion_group! {
     name = samplers;
     config = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = bench
+    targets = bench, bench_hf
 }
 criterion_main!(samplers);
