@@ -12,7 +12,7 @@ use std::io::Write;
 /// the given `f32` (the digits Rust prints for it), here 0.8, read as an `f64`. The rule
 /// holds for `top_p` (the [`Sampler`](crate::Sampler), [`TopP`](crate::TopP) and
 /// [`reference`](crate::reference)), `min_p` (compared as `ln(as_decimal(min_p))`),
-/// typical-p's mass, the epsilon and eta cut-offs, and XTC's threshold.
+/// typical-p's mass, the epsilon and eta cut-offs, and XTC's threshold and probability.
 ///
 /// Non-finite values, zeros and values whose shortest digits cannot be written are
 /// widened unchanged.

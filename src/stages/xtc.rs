@@ -27,7 +27,9 @@ const SALT: u64 = 0x5854_4300; // "XTC\0"
 ///
 /// The threshold is inclusive (`p_i >= threshold`), as in llama.cpp; mlx-lm's is strict
 /// (`p_i > threshold`), which [`strict_threshold`](Self::strict_threshold) selects. The
-/// two differ only for a token whose probability equals the threshold exactly.
+/// two differ only for a token whose probability equals the threshold exactly. The
+/// threshold and the probability are read as the decimals they were written as
+/// ([`as_decimal`](crate::as_decimal)).
 ///
 /// - **Defaults**: llama.cpp `xtc_probability = 0` (off), `xtc_threshold = 0.1`.
 /// - **Edge cases**: fewer than two candidates, `probability = 0`, or fewer than two
@@ -130,11 +132,11 @@ impl Stage for Xtc {
         if self.probability <= 0.0 || c.len() < 2 || c.max_logit() == f32::NEG_INFINITY {
             return Ok(());
         }
-        if ctx.uniform(SALT) >= f64::from(self.probability) {
+        if ctx.uniform(SALT) >= crate::as_decimal(self.probability) {
             return Ok(());
         }
         let total = c.weights(&mut self.weights);
-        let thr = f64::from(self.threshold);
+        let thr = crate::as_decimal(self.threshold);
         let strict = self.strict;
         let (mut above, mut least) = (0usize, f64::INFINITY);
         let mut live = 0usize;
