@@ -213,6 +213,15 @@ impl TokenMask {
                 actual: logits.len(),
             });
         }
+        self.apply_prefix(logits);
+        Ok(())
+    }
+
+    /// [`apply`](Self::apply) to the first `logits.len()` slots (at most `len`): how a
+    /// sampler applies a mask as wide as a padded row to the vocabulary's part of it.
+    pub(crate) fn apply_prefix(&self, logits: &mut [f32]) {
+        debug_assert!(logits.len() <= self.len);
+        let last = logits.len() / 32;
         let mut chunks = logits.chunks_exact_mut(32);
         for (chunk, &word) in (&mut chunks).zip(&self.words) {
             match word {
@@ -238,13 +247,29 @@ impl TokenMask {
             }
         }
         let tail = chunks.into_remainder();
-        if let Some(&word) = self.words.get(self.len / 32) {
+        if let Some(&word) = self.words.get(last) {
             for (l, &bit) in tail.iter_mut().zip(&BITS) {
                 if word & bit == 0 {
                     *l = f32::NEG_INFINITY;
                 }
             }
         }
-        Ok(())
     }
+}
+
+/// Checks a mask's length for a sampler over `vocab_size` tokens and a row of
+/// `row_len` entries: it covers at least the vocabulary and at most the row, so a
+/// grammar's mask over a padded row (Qwen3: 151,936 slots for 151,669 tokens) serves a
+/// sampler built for the real vocabulary. Only the vocabulary's slots are read.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] (expecting `vocab_size`) otherwise.
+pub(crate) fn check_len(mask: &TokenMask, vocab_size: usize, row_len: usize) -> Result<(), Error> {
+    if mask.len() < vocab_size || mask.len() > row_len.max(vocab_size) {
+        return Err(Error::LengthMismatch {
+            expected: vocab_size,
+            actual: mask.len(),
+        });
+    }
+    Ok(())
 }

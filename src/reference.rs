@@ -132,12 +132,7 @@ pub fn adjust(
         }
     }
     if let Some(mask) = mask {
-        if mask.len() != vocab_size {
-            return Err(Error::LengthMismatch {
-                expected: vocab_size,
-                actual: mask.len(),
-            });
-        }
+        crate::mask::check_len(mask, vocab_size, row.len())?;
         for (id, x) in l.iter_mut().enumerate() {
             if !mask.is_allowed(id as TokenId) {
                 *x = f32::NEG_INFINITY;
@@ -506,12 +501,7 @@ pub fn chain_start(
         });
     }
     if let Some(mask) = mask {
-        if mask.len() != vocab_size {
-            return Err(Error::LengthMismatch {
-                expected: vocab_size,
-                actual: mask.len(),
-            });
-        }
+        crate::mask::check_len(mask, vocab_size, row.len())?;
     }
     check_row(row, vocab_size)?;
     if let Some(&id) = history

@@ -1073,3 +1073,64 @@ fn nan_is_reported_through_top_p_candidates() {
         assert_eq!(with(p, n).sample(&b), want, "bf16 at {at}");
     }
 }
+
+#[test]
+fn a_mask_as_wide_as_the_padded_row_serves_the_real_vocabulary() {
+    // Qwen3's shape in small: a vocabulary of 50 tokens in rows of 64 logits, a grammar's
+    // mask over the whole row. Padding holds NaN, +inf and a huge logit: never read.
+    let mut row = vec![0.0f32; 64];
+    row[7] = 3.0;
+    row[50] = f32::NAN;
+    row[51] = f32::INFINITY;
+    row[60] = 1e30;
+    for len in [50, 51, 64] {
+        let mut mask = TokenMask::new_full(len);
+        mask.disallow(7).unwrap();
+        for id in 50..len as u32 {
+            if id % 2 == 0 {
+                mask.disallow(id).unwrap();
+            }
+        }
+        let mut s = sampler(50);
+        let mut chain = Chain::builder(50).draw().build().unwrap();
+        let mut dist = Vec::new();
+        s.distribution(&row, Some(&mask), &mut dist).unwrap();
+        assert_eq!(dist.len(), 49, "mask of {len}");
+        assert!(dist.iter().all(|&(id, _)| id < 50 && id != 7));
+        for u in [0.0, 0.5, 1.0 - f64::EPSILON] {
+            let a = s.sample_with_uniform(&row, Some(&mask), u).unwrap().token;
+            let b = chain
+                .sample_with_uniform(&row, Some(&mask), u)
+                .unwrap()
+                .token;
+            assert_eq!(a, b);
+            assert!(a < 50 && a != 7);
+        }
+        // A sparse mask (few tokens allowed) takes the compact path: the same rule.
+        let mut sparse = TokenMask::new_empty(len);
+        sparse.allow(3).unwrap();
+        if len > 60 {
+            sparse.allow(60).unwrap(); // padding: ignored
+        }
+        assert_eq!(s.sample_masked(&row, &sparse).unwrap().token, 3);
+        let c = logits::reference::adjust(
+            &row,
+            50,
+            &SamplingParams::default(),
+            &logits::History::new(&[], 0),
+            Some(&sparse),
+        )
+        .unwrap();
+        assert_eq!(c.iter().filter(|l| l.is_finite()).count(), 1);
+    }
+    // Longer than the row, or shorter than the vocabulary: refused.
+    for len in [49, 65] {
+        assert_eq!(
+            sampler(50).sample_masked(&row, &TokenMask::new_full(len)),
+            Err(Error::LengthMismatch {
+                expected: 50,
+                actual: len
+            })
+        );
+    }
+}

@@ -269,3 +269,49 @@ fn grammar_errors_convert() {
     let g = GrammarError::NoTokenAllowed;
     assert_eq!(Error::from(g.clone()).to_string(), g.to_string());
 }
+
+/// A grammar's vocabulary is as wide as the row, padding included; the sampler is built
+/// for the tokens that exist. One sampler serves constrained and unconstrained requests,
+/// and neither ever reads the padding (here NaN, `+inf` and a huge logit).
+#[test]
+fn one_sampler_for_the_real_vocabulary_serves_a_padded_grammar() {
+    let mut bytes: Vec<Vec<u8>> = (b'a'..=b'z').map(|b| vec![b]).collect();
+    let mut kinds = vec![TokenKind::Text; bytes.len()];
+    let eos = bytes.len() as TokenId;
+    bytes.push(b"<eos>".to_vec());
+    kinds.push(TokenKind::Special);
+    let real = bytes.len();
+    for _ in 0..5 {
+        bytes.push(Vec::new());
+        kinds.push(TokenKind::Padding);
+    }
+    let vocab = Arc::new(Vocab::new(bytes, kinds, vec![eos]).unwrap());
+    assert_eq!(vocab.len(), real + 5);
+    let mut row = vec![0.0f32; real + 5];
+    row[real] = f32::NAN;
+    row[real + 1] = f32::INFINITY;
+    row[real + 2] = 1e30;
+    let mut sampler =
+        Sampler::new(SamplingParams::builder().seed(5).build().unwrap(), real).unwrap();
+    let mut stage = GrammarMask::new(
+        Box::new(Choice::new(vocab.clone(), &WORDS).unwrap()),
+        vocab.clone(),
+    );
+    let mut text = Vec::new();
+    for _ in 0..10 {
+        let (s, status) = stage.sample(&mut sampler, &row).unwrap();
+        assert!((s.token as usize) < real);
+        if status == Status::Finished {
+            break;
+        }
+        text.extend_from_slice(vocab.bytes(s.token));
+    }
+    assert!(
+        WORDS.iter().any(|w| w.as_bytes() == text.as_slice()),
+        "{text:?}"
+    );
+    // The same sampler, unconstrained, never draws padding either.
+    for _ in 0..50 {
+        assert!((sampler.sample(&row).unwrap().token as usize) < real);
+    }
+}

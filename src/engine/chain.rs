@@ -299,8 +299,9 @@ impl Chain {
     /// first cut needs the whole row.
     ///
     /// # Errors
-    /// As [`sample`](Self::sample), and [`Error::LengthMismatch`] for a mask of another
-    /// size.
+    /// As [`sample`](Self::sample), and [`Error::LengthMismatch`] for a mask over fewer
+    /// slots than the vocabulary or more than the row (a mask as wide as a padded row
+    /// is read over the vocabulary only).
     pub fn sample_masked<T: Logit>(
         &mut self,
         logits: &[T],

@@ -507,7 +507,7 @@ impl Engine {
             return self.run_dense(row, mask, goal);
         }
         match mask {
-            Some(mask) if count_allowed(mask) <= self.sparse_max() => {
+            Some(mask) if count_allowed(mask, self.vocab_size) <= self.sparse_max() => {
                 self.run_sparse(row, mask, goal)
             }
             _ => self.run_overlay(row, mask, goal),
@@ -828,7 +828,7 @@ impl Engine {
         let (vals, ids, ov) = (&mut s.compact, &mut s.compact_ids, &s.overlay);
         vals.clear();
         ids.clear();
-        for_each_bit(mask, false, |id| {
+        for_each_bit(mask, self.vocab_size, false, |id| {
             ids.push(id);
             vals.push(if patched {
                 ov.value(row, id)
@@ -851,7 +851,7 @@ impl Engine {
         mask: &TokenMask,
     ) -> Result<usize, Error> {
         let row = adjust::check_input(self.vocab_size, logits, Some(mask))?;
-        let allowed = count_allowed(mask);
+        let allowed = count_allowed(mask, self.vocab_size);
         let whole_row = self.pre > self.lead;
         if !whole_row && allowed <= self.sparse_max() {
             self.gather(row, mask);
@@ -866,7 +866,7 @@ impl Engine {
         let mut dense = std::mem::take(&mut self.dense);
         dense.reset_dense(row.len());
         let r = adjust::convert_checked(row, dense.logits_mut())
-            .and_then(|_| mask.apply(dense.logits_mut()))
+            .map(|_| mask.apply_prefix(dense.logits_mut()))
             .map(|()| row.len());
         self.dense = dense;
         r
@@ -889,7 +889,7 @@ impl Engine {
             penalty::apply(logits, window, &self.params, &mut self.scratch.counts);
         }
         if let Some(mask) = mask {
-            mask.apply(logits)?;
+            mask.apply_prefix(logits);
         }
         // A bias or a penalty can push a huge finite logit to `+inf` (the row itself was
         // checked): refused as the patched passes and a `Penalties` stage refuse it,
@@ -1811,13 +1811,15 @@ fn valid_bits(w: usize, len: usize) -> u32 {
     }
 }
 
-/// Number of tokens `mask` allows (one pass over its words, stray tail bits ignored).
-fn count_allowed(mask: &TokenMask) -> usize {
-    let words = mask.words();
+/// Number of the first `len` tokens (at most the mask's length) that `mask` allows: one
+/// pass over their words, stray bits past `len` ignored.
+fn count_allowed(mask: &TokenMask, len: usize) -> usize {
+    let len = len.min(mask.len());
+    let words = &mask.words()[..len.div_ceil(32)];
     let Some((&last, body)) = words.split_last() else {
         return 0;
     };
-    popcount(body) + (last & valid_bits(body.len(), mask.len())).count_ones() as usize
+    popcount(body) + (last & valid_bits(body.len(), len)).count_ones() as usize
 }
 
 /// Words per block of the mask passes.
@@ -1861,14 +1863,14 @@ fn sum_bytes(x: u32) -> usize {
     ((x & 0xFFFF) + (x >> 16)) as usize
 }
 
-/// Calls `f(w, bits)` for every word `w` of `mask` holding a token it allows
-/// (`disallowed` false) or disallows (true), with those tokens' bits, in ascending order.
+/// Calls `f(w, bits)` for every word `w` of `mask`'s first `len` slots holding a token it
+/// allows (`disallowed` false) or disallows (true), with those tokens' bits, in ascending order.
 /// A block of 16 words with no such token costs one test.
 #[inline]
-fn for_each_word(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(usize, u32)) {
-    let len = mask.len();
+fn for_each_word(mask: &TokenMask, len: usize, disallowed: bool, mut f: impl FnMut(usize, u32)) {
+    let len = len.min(mask.len());
     let flip = if disallowed { u32::MAX } else { 0 };
-    let words = mask.words();
+    let words = &mask.words()[..len.div_ceil(32)];
     // Whole blocks, skipped when empty, but for the last word (its tail bits are not
     // tokens).
     let body = words.len().saturating_sub(1) / MASK_BLOCK * MASK_BLOCK;
@@ -1891,11 +1893,11 @@ fn for_each_word(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(usize, u3
     }
 }
 
-/// Calls `f` with every token `mask` allows (`disallowed` false) or disallows (true), in
-/// ascending id order.
+/// Calls `f` with every token below `len` that `mask` allows (`disallowed` false) or
+/// disallows (true), in ascending id order.
 #[inline]
-fn for_each_bit(mask: &TokenMask, disallowed: bool, mut f: impl FnMut(TokenId)) {
-    for_each_word(mask, disallowed, |w, mut bits| {
+fn for_each_bit(mask: &TokenMask, len: usize, disallowed: bool, mut f: impl FnMut(TokenId)) {
+    for_each_word(mask, len, disallowed, |w, mut bits| {
         let base = (w * 32) as TokenId;
         while bits != 0 {
             f(base + bits.trailing_zeros());

@@ -181,8 +181,10 @@ impl Sampler {
     /// tokens included, and nothing allocates once warm.
     ///
     /// # Errors
-    /// As [`sample`](Self::sample), and [`Error::LengthMismatch`] when the mask does not
-    /// cover exactly `vocab_size` tokens. A mask that allows nothing, or allows only
+    /// As [`sample`](Self::sample), and [`Error::LengthMismatch`] when the mask covers
+    /// fewer than `vocab_size` slots or more than the row has. A mask as wide as a padded
+    /// row (a grammar's, over Qwen3's 151,936 logits) serves a sampler built for the
+    /// real vocabulary (151,669 tokens): only the vocabulary's slots are read. A mask that allows nothing, or allows only
     /// tokens the other adjustments ban, gives [`Error::NoCandidates`]. A NaN or `+inf`
     /// anywhere in the row is an error even where the mask disallows the token.
     pub fn sample_masked<T: Logit>(

@@ -441,12 +441,7 @@ pub(crate) fn check_input<'r, T>(
         });
     }
     if let Some(mask) = mask {
-        if mask.len() != vocab_size {
-            return Err(Error::LengthMismatch {
-                expected: vocab_size,
-                actual: mask.len(),
-            });
-        }
+        crate::mask::check_len(mask, vocab_size, row.len())?;
     }
     Ok(&row[..vocab_size])
 }
