@@ -74,6 +74,30 @@ pub enum Error {
         /// The size given.
         value: usize,
     },
+    /// A draft distribution given to speculative verification
+    /// ([`speculative`](crate::speculative)) is not a probability distribution: an entry
+    /// is NaN, infinite or negative, its sum is further than
+    /// [`DRAFT_SUM_TOLERANCE`](crate::speculative::DRAFT_SUM_TOLERANCE) from 1, or a
+    /// sparse distribution's bounds do not split its pairs.
+    #[error("draft distribution {position}: {reason} (got {value})")]
+    InvalidDraftDistribution {
+        /// The draft position (0 for the first draft token).
+        position: usize,
+        /// The offending entry, sum or bound.
+        value: f64,
+        /// What was expected, in words.
+        reason: &'static str,
+    },
+    /// Speculative verification was given more draft tokens than its target rows can
+    /// check: `k` draft tokens need `k + 1` target rows (one per draft token, and one for
+    /// the token after them).
+    #[error("{draft_tokens} draft tokens need {} target rows, got {target_rows}", draft_tokens + 1)]
+    DraftTooLong {
+        /// The number of draft tokens given.
+        draft_tokens: usize,
+        /// The number of target rows given.
+        target_rows: usize,
+    },
     /// A configuration file (such as `generation_config.json`) could not be read.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

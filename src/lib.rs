@@ -104,6 +104,8 @@
 //! - [`BatchSampler`]: many sequences at once, each with its own state (feature `rayon`
 //!   for all cores); rows are [`Sampler`]s or [`Chain`]s ([`SequenceSampler`]).
 //! - [`grammar`]: the grammar mask (regex, JSON schema, Lark with feature `llguidance`).
+//! - [`speculative`]: exact verification of a draft model's tokens (speculative
+//!   decoding) through any sampler or chain, seeded and reproducible.
 //! - [`stop`]: stop tokens, stop strings across token boundaries, length limits.
 //! - `testing` (feature `testing`): proptest strategies and checks against the reference.
 //! - `GenerationConfig` (feature `serde`): Hugging Face's `generation_config.json`.
@@ -144,6 +146,7 @@ pub mod request;
 mod sequence;
 #[cfg(feature = "serde")]
 mod serde_impls;
+pub mod speculative;
 mod stages;
 #[cfg(test)]
 mod test_rows;
@@ -207,6 +210,7 @@ pub use sequence_sampler::SequenceSampler;
 pub use simd::{simd_level, SimdLevel};
 pub use suppress_tokens::SuppressTokens;
 pub use suppress_tokens_at_begin::SuppressTokensAtBegin;
+pub use speculative::{DraftDistribution, Speculation, Verified, Verifier};
 pub use temperature::Temperature;
 pub use top_h::TopH;
 pub use top_k::TopK;

@@ -373,6 +373,34 @@ impl Engine {
         self.sample_impl(row, mask, u)
     }
 
+    /// True when the chain ends in the argmax: a greedy end, or a temperature of 0.
+    pub(crate) fn is_greedy(&self) -> bool {
+        self.end == End::Greedy || self.params.is_greedy()
+    }
+
+    /// The uniform the draw of `step` uses (stream 0 of the sequence's seed).
+    pub(crate) fn draw_uniform(&mut self, step: u64) -> f64 {
+        self.rng.uniform(step)
+    }
+
+    /// Draws the next token with the sequence's own uniform, without appending it to the
+    /// history and without telling the stages.
+    pub(crate) fn draw_only<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+    ) -> Result<Sample, Error> {
+        self.run(row, mask, Goal::Draw(None))?
+            .ok_or(Error::NoCandidates)
+    }
+
+    /// Tells every stage which token was emitted, as after a draw.
+    pub(crate) fn observe(&mut self, token: TokenId, logprob: f32) {
+        for stage in &mut self.stages {
+            stage.observe(token, logprob);
+        }
+    }
+
     /// Writes the final distribution the next draw would use.
     pub(crate) fn distribution<T: Logit>(
         &mut self,

@@ -37,7 +37,7 @@ use crate::TokenId;
 /// ```
 #[derive(Debug)]
 pub struct Sampler {
-    engine: Engine,
+    pub(crate) engine: Engine,
 }
 
 impl Sampler {

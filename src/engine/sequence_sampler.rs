@@ -4,10 +4,12 @@
 use crate::chain::Chain;
 use crate::element::Logit;
 use crate::error::Error;
+use crate::grammar::GrammarMask;
 use crate::history::History;
 use crate::mask::TokenMask;
 use crate::sample::Sample;
 use crate::sampler::Sampler;
+use crate::speculative::{Speculation, Verified, Verifier};
 
 mod sealed {
     pub trait Sealed {}
@@ -54,6 +56,16 @@ pub trait SequenceSampler: sealed::Sealed + Send + std::fmt::Debug {
 
     /// The vocabulary size.
     fn vocab_size(&self) -> usize;
+
+    /// Speculative verification on this sampler's engine, for
+    /// [`Verifier::verify`](crate::Verifier::verify). Not part of the stable API.
+    #[doc(hidden)]
+    fn verify_with<T: Logit>(
+        &mut self,
+        verifier: &mut Verifier,
+        spec: &Speculation<'_, T>,
+        grammar: Option<&mut GrammarMask>,
+    ) -> Result<Verified, Error>;
 }
 
 /// Both implementations forward to the type's own methods of the same names.
@@ -81,6 +93,15 @@ macro_rules! forward {
 
             fn vocab_size(&self) -> usize {
                 $ty::vocab_size(self)
+            }
+
+            fn verify_with<T: Logit>(
+                &mut self,
+                verifier: &mut Verifier,
+                spec: &Speculation<'_, T>,
+                grammar: Option<&mut GrammarMask>,
+            ) -> Result<Verified, Error> {
+                verifier.verify_in(&mut self.engine, spec, grammar)
             }
         }
     };

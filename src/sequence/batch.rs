@@ -5,6 +5,7 @@ use crate::error::Error;
 use crate::sample::Sample;
 use crate::sampler::Sampler;
 use crate::sequence_sampler::SequenceSampler;
+use crate::speculative::{Speculation, Verified, Verifier};
 
 /// Samples one token for each of `B` sequences from a `[B, row_len]` block of logits.
 ///
@@ -33,13 +34,20 @@ use crate::sequence_sampler::SequenceSampler;
 pub struct BatchSampler<S: SequenceSampler = Sampler> {
     samplers: Vec<S>,
     results: Vec<Result<Sample, Error>>,
+    verifiers: Vec<Verifier>,
+    verified: Vec<Result<Verified, Error>>,
 }
 
 impl<S: SequenceSampler> BatchSampler<S> {
     /// A batch of the given per-row samplers.
     pub fn new(samplers: Vec<S>) -> Self {
         let results = Vec::with_capacity(samplers.len());
-        BatchSampler { samplers, results }
+        BatchSampler {
+            samplers,
+            results,
+            verifiers: Vec::new(),
+            verified: Vec::new(),
+        }
     }
 
     /// The per-row samplers.
@@ -85,6 +93,106 @@ impl<S: SequenceSampler> BatchSampler<S> {
         sample_rows(&mut self.samplers, logits, row_len, &mut self.results);
         Ok(&self.results)
     }
+}
+
+impl<S: SequenceSampler> BatchSampler<S> {
+    /// Verifies one speculation per row ([`Verifier::verify`]): row `i`'s draft, each
+    /// with its own `k`, against row `i`'s sampler. Row `i`'s result is at index `i`,
+    /// its emitted tokens and logprobs in [`verifiers`](Self::verifiers)`()[i]`; a
+    /// row's error moves nothing in that row and does not affect the others. Each
+    /// row's result is the one verifying it alone would give, whatever the batch and
+    /// (with the `rayon` feature) the threads.
+    ///
+    /// # Example
+    /// ```
+    /// use logits::{BatchSampler, DraftDistribution, Sampler, SamplingParams, Speculation};
+    ///
+    /// let rows = vec![Sampler::new(SamplingParams::greedy(), 3)?; 0]
+    ///     .into_iter()
+    ///     .chain([
+    ///         Sampler::new(SamplingParams::greedy(), 3)?,
+    ///         Sampler::new(SamplingParams::greedy(), 3)?,
+    ///     ])
+    ///     .collect();
+    /// let mut batch = BatchSampler::new(rows);
+    /// let q = [0.0f32, 1.0, 0.0, 0.0, 0.0, 1.0];
+    /// let specs = [
+    ///     // k = 1: the target agrees with token 1, then picks 0.
+    ///     Speculation { draft: &[1], q: DraftDistribution::Dense(&q[..3]),
+    ///                   target: &[0.0f32, 2.0, 1.0, 5.0, 0.0, 0.0], row_len: 3 },
+    ///     // k = 2: the target disagrees at once.
+    ///     Speculation { draft: &[1, 2], q: DraftDistribution::Dense(&q),
+    ///                   target: &[3.0f32, 2.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0], row_len: 3 },
+    /// ];
+    /// let out = batch.verify(&specs)?;
+    /// assert_eq!(out[0].as_ref().unwrap().accepted, 1);
+    /// assert_eq!(out[1].as_ref().unwrap().accepted, 0);
+    /// assert_eq!(batch.verifiers()[0].tokens(), &[1, 0]);
+    /// assert_eq!(batch.verifiers()[1].tokens(), &[0]);
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `specs` does not hold one speculation per row.
+    pub fn verify<T: Logit>(
+        &mut self,
+        specs: &[Speculation<'_, T>],
+    ) -> Result<&[Result<Verified, Error>], Error> {
+        if specs.len() != self.samplers.len() {
+            return Err(Error::LengthMismatch {
+                expected: self.samplers.len(),
+                actual: specs.len(),
+            });
+        }
+        if self.verifiers.len() < self.samplers.len() {
+            self.verifiers
+                .resize_with(self.samplers.len(), Verifier::new);
+        }
+        self.verified.clear();
+        self.verified
+            .resize(self.samplers.len(), Err(Error::EmptyVocabulary));
+        verify_rows(
+            &mut self.samplers,
+            &mut self.verifiers,
+            specs,
+            &mut self.verified,
+        );
+        Ok(&self.verified)
+    }
+
+    /// Each row's [`Verifier`], holding the tokens and logprobs its last
+    /// [`verify`](Self::verify) emitted (empty before the first).
+    pub fn verifiers(&self) -> &[Verifier] {
+        &self.verifiers[..self.verifiers.len().min(self.samplers.len())]
+    }
+}
+
+#[cfg(not(feature = "rayon"))]
+fn verify_rows<S: SequenceSampler, T: Logit>(
+    samplers: &mut [S],
+    verifiers: &mut [Verifier],
+    specs: &[Speculation<'_, T>],
+    results: &mut [Result<Verified, Error>],
+) {
+    for (((s, v), spec), r) in samplers.iter_mut().zip(verifiers).zip(specs).zip(results) {
+        *r = v.verify(s, spec);
+    }
+}
+
+#[cfg(feature = "rayon")]
+fn verify_rows<S: SequenceSampler, T: Logit>(
+    samplers: &mut [S],
+    verifiers: &mut [Verifier],
+    specs: &[Speculation<'_, T>],
+    results: &mut [Result<Verified, Error>],
+) {
+    use rayon::prelude::*;
+    samplers
+        .par_iter_mut()
+        .zip(verifiers.par_iter_mut())
+        .zip(specs.par_iter())
+        .zip(results.par_iter_mut())
+        .for_each(|(((s, v), spec), r)| *r = v.verify(s, spec));
 }
 
 #[cfg(not(feature = "rayon"))]
