@@ -448,6 +448,83 @@ fn warm_probabilities_do_not_allocate() {
     assert!(failures.is_empty(), "allocations: {failures:?}");
 }
 
+/// Speculative verification, warm: no allocation per call, whether every draft token is
+/// accepted (the bonus draw) or the first is rejected (the residual draw), for sparse,
+/// dense and logits drafts, through the Qwen3 sampler, a greedy one and a chain.
+#[test]
+fn warm_verifier_does_not_allocate() {
+    use logits::{DraftDistribution, Speculation, TokenId, Verifier};
+    let _serial = serial();
+    COUNTED.with(|c| c.set(true));
+    const K: usize = 3;
+    let r = row();
+    let rows: Vec<f32> = r.repeat(K + 1);
+    let qwen3 = SamplingParams::builder()
+        .temperature(0.6)
+        .top_k(20)
+        .top_p(0.95)
+        .repetition_penalty(1.1)
+        .seed(3);
+    let mut samplers = [
+        Sampler::new(qwen3.build().unwrap(), V).unwrap(),
+        Sampler::new(SamplingParams::greedy(), V).unwrap(),
+    ];
+    let mut llama = chain(vec![top_k(40), temperature(0.8)]);
+    let mut dist = Vec::new();
+    samplers[0].distribution(&r, None, &mut dist).unwrap();
+    let pairs: Vec<(TokenId, f64)> = dist.repeat(K);
+    let ends: Vec<usize> = (1..=K).map(|i| i * dist.len()).collect();
+    let dense = vec![1.0f32 / V as f32; K * V];
+    // A token of the row's background, which the cuts remove: rejected at once.
+    let outside = [1 as TokenId; K];
+    let inside = [dist[0].0; K];
+    let specs = [
+        Speculation {
+            draft: &inside[..],
+            q: DraftDistribution::Sparse {
+                pairs: &pairs,
+                ends: &ends,
+            },
+            target: &rows,
+            row_len: V,
+        },
+        Speculation {
+            draft: &outside[..],
+            q: DraftDistribution::Dense(&dense),
+            target: &rows,
+            row_len: V,
+        },
+        Speculation {
+            draft: &inside[..],
+            q: DraftDistribution::Logits(&rows[..K * V]),
+            target: &rows,
+            row_len: V,
+        },
+    ];
+    let mut verifier = Verifier::new();
+    for s in &mut samplers {
+        s.reserve(1000).unwrap();
+    }
+    llama.reserve(1000).unwrap();
+    let mut failures = Vec::new();
+    for round in 0..3 {
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for spec in &specs {
+            for s in &mut samplers {
+                let out = verifier.verify(s, spec).unwrap();
+                s.rollback(out.emitted());
+            }
+            let out = verifier.verify(&mut llama, spec).unwrap();
+            llama.rollback(out.emitted());
+        }
+        let n = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        if round > 0 && n != 0 {
+            failures.push(format!("round {round}: {n}"));
+        }
+    }
+    assert!(failures.is_empty(), "allocations: {failures:?}");
+}
+
 /// `reserve(n)` sizes every stage for the next `n` steps, not only the history: DRY
 /// without a window grows its repeat search with the history, and mirostat follows it.
 #[test]
