@@ -348,7 +348,7 @@ impl Verifier {
             });
         }
         let rows = spec.target.len() / rl;
-        let whole = spec.target.len() % rl == 0;
+        let whole = spec.target.len().is_multiple_of(rl);
         if whole && rows < k + 1 {
             return Err(Error::DraftTooLong {
                 draft_tokens: k,
@@ -561,7 +561,7 @@ fn checked_sum(position: usize, row: impl Iterator<Item = f64>) -> Result<f64, E
         }
         sum += w;
     }
-    if !((sum - 1.0).abs() <= DRAFT_SUM_TOLERANCE) {
+    if (sum - 1.0).abs() > DRAFT_SUM_TOLERANCE {
         return Err(Error::InvalidDraftDistribution {
             position,
             value: sum,
