@@ -107,13 +107,10 @@ impl<S: SequenceSampler> BatchSampler<S> {
     /// ```
     /// use logits::{BatchSampler, DraftDistribution, Sampler, SamplingParams, Speculation};
     ///
-    /// let rows = vec![Sampler::new(SamplingParams::greedy(), 3)?; 0]
-    ///     .into_iter()
-    ///     .chain([
-    ///         Sampler::new(SamplingParams::greedy(), 3)?,
-    ///         Sampler::new(SamplingParams::greedy(), 3)?,
-    ///     ])
-    ///     .collect();
+    /// let rows = vec![
+    ///     Sampler::new(SamplingParams::greedy(), 3)?,
+    ///     Sampler::new(SamplingParams::greedy(), 3)?,
+    /// ];
     /// let mut batch = BatchSampler::new(rows);
     /// let q = [0.0f32, 1.0, 0.0, 0.0, 0.0, 1.0];
     /// let specs = [
