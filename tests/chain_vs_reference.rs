@@ -330,9 +330,9 @@ fn near_boundary(state: &ChainState, step: &Step) -> bool {
             };
             (n < d.len() && close(n - 1, n)) || (cross + 1 < d.len() && close(cross, cross + 1))
         }
-        Step::Epsilon { epsilon, .. } => near_cut(f64::from(epsilon)),
+        Step::Epsilon { epsilon, .. } => near_cut(logits::as_decimal(epsilon)),
         Step::Eta { epsilon, .. } => {
-            let eps = f64::from(epsilon);
+            let eps = logits::as_decimal(epsilon);
             near_cut(eps.min(eps.sqrt() * (-entropy(state)).exp()))
         }
         Step::TopNSigma { n } if c.len() >= 2 => {

@@ -376,8 +376,10 @@ proptest! {
         let total: f64 = w.iter().sum();
         // Sometimes the threshold is (the f32 nearest to) one token's probability.
         let thr = if exact { ((w[pick.index(r.len())] / total) as f32).min(0.5) } else { thr };
+        // The threshold as the crate compares it: the decimal written (`as_decimal`).
+        let t = logits::as_decimal(thr);
         let above: Vec<usize> = (0..r.len())
-            .filter(|&i| w[i] > 0.0 && if strict { w[i] / total > thr as f64 } else { w[i] / total >= thr as f64 })
+            .filter(|&i| w[i] > 0.0 && if strict { w[i] / total > t } else { w[i] / total >= t })
             .collect();
         let all: BTreeSet<TokenId> = (0..r.len() as TokenId).filter(|&i| r[i as usize].is_finite()).collect();
         let expected: BTreeSet<TokenId> = if above.len() < 2 {

@@ -121,7 +121,7 @@ fn ref_typical(row: &[f32], t: f64, mass: f32, min_keep: usize) -> BTreeSet<Toke
         })
         .collect();
     keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let target = mass as f64 * total;
+    let target = logits::as_decimal(mass) * total;
     let mut cum = 0.0;
     let mut cut = keyed.last().unwrap().0;
     for k in &keyed {
@@ -181,7 +181,7 @@ fn ref_xtc(
     let above: Vec<TokenId> = order
         .iter()
         .copied()
-        .filter(|&i| p[i as usize] > 0.0 && p[i as usize] >= thr as f64)
+        .filter(|&i| p[i as usize] > 0.0 && p[i as usize] >= logits::as_decimal(thr))
         .collect();
     let all = all_finite(row);
     if above.len() < 2 {
@@ -300,14 +300,15 @@ proptest! {
     #[test]
     fn epsilon_matches_reference(r in live_row(1..48), t in temperature(), eps in 1e-4f32..0.5, mk in 1usize..4) {
         let mut s = EpsilonCutoff::new(eps).unwrap().min_keep(mk);
-        prop_assert_eq!(kept(&mut s, &r, t), ref_cutoff(&r, t, eps as f64, mk));
+        prop_assert_eq!(kept(&mut s, &r, t), ref_cutoff(&r, t, logits::as_decimal(eps), mk));
     }
 
     #[test]
     fn eta_matches_reference(r in live_row(1..48), t in temperature(), eps in 1e-4f32..0.5, mk in 1usize..4) {
         let mut s = EtaCutoff::new(eps).unwrap().min_keep(mk);
         let h = entropy(&r, t);
-        let eta = (eps as f64).min((eps as f64).sqrt() * (-h).exp());
+        let eps = logits::as_decimal(eps);
+        let eta = eps.min(eps.sqrt() * (-h).exp());
         prop_assert_eq!(kept(&mut s, &r, t), ref_cutoff(&r, t, eta, mk));
     }
 
