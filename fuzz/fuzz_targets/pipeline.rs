@@ -194,8 +194,11 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 let history = History::new(&before, prompt_len);
                 let step = history.step();
                 let u_draw = DrawRng::new(params.seed()).uniform(step);
-                // Sampler checks the mask length before the row's values.
-                let mask_wrong = mask.as_ref().is_some_and(|m| m.len() != vocab);
+                // Sampler checks the mask length before the row's values: a mask covers
+                // at least the vocabulary and at most the row.
+                let mask_wrong = mask
+                    .as_ref()
+                    .is_some_and(|m| m.len() < vocab || m.len() > row32.len());
                 let expected = if !row32.is_empty() && vocab <= row32.len() && mask_wrong {
                     Err(Error::LengthMismatch {
                         expected: vocab,
