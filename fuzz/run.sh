@@ -17,7 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 SECONDS_PER_TARGET="${1:-30}"
 shift || true
-ALL_TARGETS=(pipeline tail_cut chain generation_config stop grammar tokenizer_json request)
+# `chain` is run by name only while its finding in fuzz/README.md ("Open findings") is open.
+ALL_TARGETS=(pipeline tail_cut generation_config stop grammar tokenizer_json request)
 if [ "$#" -gt 0 ]; then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 
 HOST="$(rustc -vV | sed -n 's/^host: //p')"

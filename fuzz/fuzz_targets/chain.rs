@@ -14,9 +14,8 @@
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use logits::{
-    Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, LogitBias, MinP,
-    MirostatV2, Penalties, Stage, StageContext, Temperature, TokenId, TokenMask, TopK,
-    TopNSigma, TopP, TypicalP, Xtc,
+    Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, LogitBias, MinP, MirostatV2, Penalties,
+    Stage, StageContext, Temperature, TokenId, TokenMask, TopK, TopNSigma, TopP, TypicalP, Xtc,
 };
 use logits_fuzz::{assert_documented_sample_error, param, Dtype, Row};
 
@@ -56,7 +55,11 @@ enum Kind {
 }
 
 /// One stage, built twice (the constructors are pure, so both copies are equal).
-fn stage(u: &mut Unstructured<'_>, kind: Kind, vocab: usize) -> arbitrary::Result<Option<[Box<dyn Stage>; 2]>> {
+fn stage(
+    u: &mut Unstructured<'_>,
+    kind: Kind,
+    vocab: usize,
+) -> arbitrary::Result<Option<[Box<dyn Stage>; 2]>> {
     let keep = u.int_in_range(1..=4)?;
     macro_rules! two {
         ($e:expr) => {{
@@ -74,7 +77,11 @@ fn stage(u: &mut Unstructured<'_>, kind: Kind, vocab: usize) -> arbitrary::Resul
             let mut pairs = Vec::new();
             for _ in 0..u.int_in_range(1..=3)? {
                 let id = u.int_in_range(0..=vocab.max(1) as u32 - 1)?;
-                let b = if u.ratio(1, 4)? { f32::NEG_INFINITY } else { param(u, -10.0, 10.0)? };
+                let b = if u.ratio(1, 4)? {
+                    f32::NEG_INFINITY
+                } else {
+                    param(u, -10.0, 10.0)?
+                };
                 pairs.push((id, b));
             }
             two!(LogitBias::new(pairs))
@@ -123,7 +130,10 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         }
     }
     let seed: u64 = u.arbitrary()?;
-    let (built, hidden) = (built.draw().seed(seed).build(), hidden.draw().seed(seed).build());
+    let (built, hidden) = (
+        built.draw().seed(seed).build(),
+        hidden.draw().seed(seed).build(),
+    );
     let (mut a, mut b): (Chain, Chain) = match (built, hidden) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(x), Err(y)) => {
@@ -196,7 +206,10 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         };
         let (sa, sb) = (sa.expect("a distribution was found"), sb.expect("and here"));
         assert!((sa.token as usize) < vocab);
-        assert!(da.iter().any(|&(id, p)| id == sa.token && p > 0.0), "{sa:?} not in {da:?}");
+        assert!(
+            da.iter().any(|&(id, p)| id == sa.token && p > 0.0),
+            "{sa:?} not in {da:?}"
+        );
         if !near_boundary(&da, uniform) && !near_boundary(&db, uniform) {
             assert_eq!(sa.token, sb.token, "{da:?} / {db:?} at {uniform}");
         }
