@@ -129,18 +129,7 @@ fn top_p_keeps_the_prefix_that_holds_exactly_the_written_mass() {
         assert!(as_decimal(0.8) < head && head < f64::from(0.8f32), "{head}");
         assert_eq!(reference_ids(&reference::top_p(&c, 0.8, 1)), [0, 3]);
         let params = SamplingParams::builder().top_p(0.8).build().unwrap();
-        let chains = vec![
-            Chain::builder(len)
-                .stage(TopP::new(0.8).unwrap())
-                .draw()
-                .build()
-                .unwrap(),
-            Chain::builder(len)
-                .stage(Opaque(Box::new(TopP::new(0.8).unwrap())))
-                .draw()
-                .build()
-                .unwrap(),
-        ];
+        let chains = both_positions(TopP::new(0.8).unwrap(), len);
         check_paths(
             &row,
             Some(params),
@@ -163,18 +152,7 @@ fn top_p_reads_a_threshold_the_f32_rounds_down_as_its_decimal() {
         assert!(f64::from(0.9f32) < q && q < 0.9, "{q}");
         assert_eq!(reference_ids(&reference::top_p(&c, 0.9, 1)), [0, 1]);
         let params = SamplingParams::builder().top_p(0.9).build().unwrap();
-        let chains = vec![
-            Chain::builder(len)
-                .stage(TopP::new(0.9).unwrap())
-                .draw()
-                .build()
-                .unwrap(),
-            Chain::builder(len)
-                .stage(Opaque(Box::new(TopP::new(0.9).unwrap())))
-                .draw()
-                .build()
-                .unwrap(),
-        ];
+        let chains = both_positions(TopP::new(0.9).unwrap(), len);
         check_paths(
             &row,
             Some(params),
@@ -200,18 +178,7 @@ fn min_p_compares_the_ratio_with_the_written_decimal() {
         let c = reference::candidates(&row, 1.0).unwrap();
         assert_eq!(reference_ids(&reference::min_p(&c, 0.1, 1)), [0, 1]);
         let params = SamplingParams::builder().min_p(0.1).build().unwrap();
-        let chains = vec![
-            Chain::builder(len)
-                .stage(MinP::new(0.1).unwrap())
-                .draw()
-                .build()
-                .unwrap(),
-            Chain::builder(len)
-                .stage(Opaque(Box::new(MinP::new(0.1).unwrap())))
-                .draw()
-                .build()
-                .unwrap(),
-        ];
+        let chains = both_positions(MinP::new(0.1).unwrap(), len);
         check_paths(
             &row,
             Some(params),
@@ -222,7 +189,8 @@ fn min_p_compares_the_ratio_with_the_written_decimal() {
     }
 }
 
-/// Chains of `stage` first (the engine's floor path) and hidden from the planner.
+/// Two chains of `stage` alone: as planned (lowered onto the kernels where the engine
+/// knows the stage) and hidden from the planner (the stage's own `apply`).
 fn both_positions<S: Stage + Clone + 'static>(stage: S, len: usize) -> Vec<Chain> {
     vec![
         Chain::builder(len)
