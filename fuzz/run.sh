@@ -17,8 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 SECONDS_PER_TARGET="${1:-30}"
 shift || true
-# `chain` is run by name only while its finding in fuzz/README.md ("Open findings") is open.
-ALL_TARGETS=(pipeline tail_cut generation_config stop grammar tokenizer_json request)
+ALL_TARGETS=(pipeline tail_cut generation_config stop grammar tokenizer_json request chain)
 if [ "$#" -gt 0 ]; then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 
 HOST="$(rustc -vV | sed -n 's/^host: //p')"

@@ -125,6 +125,10 @@ pub fn adjust(
         let r = params.repetition_penalty();
         for (&id, &c) in &counts {
             let x = &mut l[id as usize];
+            // `-inf` is absorbing, whatever the penalty.
+            if *x == f32::NEG_INFINITY {
+                continue;
+            }
             if r != 1.0 {
                 *x = if *x > 0.0 { *x / r } else { *x * r };
             }
@@ -598,6 +602,10 @@ pub fn chain_step(
             }
             for (id, l) in &mut state.candidates {
                 if let Some(&n) = counts.get(id) {
+                    // `-inf` is absorbing, whatever the penalty.
+                    if *l == f32::NEG_INFINITY {
+                        continue;
+                    }
                     if repetition != 1.0 {
                         *l = if *l > 0.0 {
                             *l / repetition

@@ -311,3 +311,69 @@ fn a_penalty_that_overflows_is_refused_before_a_whole_row_stage() {
     mask.disallow(1).unwrap();
     assert_ne!(chain.sample_masked(&row, &mask).unwrap().token, 1);
 }
+
+/// Fuzz target `chain`: a frequency penalty of `-1.6e38` on a token seen 3 times
+/// overflows `count * penalty` to `-inf`. The planned chain applies the penalties before
+/// the mask, so the masked token's `+inf` was masked away; a `Penalties` stage hidden
+/// from the planner saw the masked token's `-inf` first, and `-inf - (-inf)` made it NaN
+/// (`NanLogit`). `-inf` is now absorbing under every penalty, so both orders agree.
+#[test]
+fn a_penalty_overflow_on_a_masked_token_is_no_error_in_either_order() {
+    use logits::{Candidates, Error, Penalties, Stage, StageContext, TokenMask};
+    #[derive(Debug)]
+    struct Hidden(Penalties);
+    impl Stage for Hidden {
+        fn name(&self) -> &'static str {
+            "hidden"
+        }
+        fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
+            self.0.apply(c, ctx)
+        }
+    }
+    let row = [0.5f32, 1.0, -2.0, 3.0];
+    let penalties = || Penalties::new(1.0, -1.6e38, 0.0).unwrap();
+    let mut mask = TokenMask::new_full(4);
+    mask.disallow(1).unwrap();
+    let params = SamplingParams::builder()
+        .frequency_penalty(-1.6e38)
+        .seed(7)
+        .build()
+        .unwrap();
+    // Each draw is accepted into the history, so every uniform gets fresh samplers.
+    for u in [0.0, 0.3, 0.7, 0.999] {
+        let mut planned = Chain::builder(4).stage(penalties()).draw().build().unwrap();
+        let mut hidden = Chain::builder(4)
+            .stage(Hidden(penalties()))
+            .draw()
+            .build()
+            .unwrap();
+        let mut sampler = Sampler::new(params.clone(), 4).unwrap();
+        for s in [&mut planned, &mut hidden] {
+            s.push_prompt(&[1, 1, 1]).unwrap();
+        }
+        sampler.push_prompt(&[1, 1, 1]).unwrap();
+        let a = planned.sample_with_uniform(&row, Some(&mask), u).unwrap();
+        let b = hidden.sample_with_uniform(&row, Some(&mask), u).unwrap();
+        let c = sampler.sample_with_uniform(&row, Some(&mask), u).unwrap();
+        assert_eq!(a.token, b.token, "u = {u}");
+        assert_eq!(a.token, c.token, "u = {u}");
+        assert_ne!(a.token, 1);
+    }
+    // Unmasked, the `+inf` is refused in every order.
+    let mut hidden = Chain::builder(4)
+        .stage(Hidden(penalties()))
+        .draw()
+        .build()
+        .unwrap();
+    hidden.push_prompt(&[1, 1, 1]).unwrap();
+    assert_eq!(
+        hidden.sample(&row).map(|s| s.token),
+        Err(Error::InfiniteLogit { index: 1 })
+    );
+    let mut sampler = Sampler::new(params, 4).unwrap();
+    sampler.push_prompt(&[1, 1, 1]).unwrap();
+    assert_eq!(
+        sampler.sample(&row).map(|s| s.token),
+        Err(Error::InfiniteLogit { index: 1 })
+    );
+}

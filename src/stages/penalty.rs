@@ -25,8 +25,15 @@ pub(crate) fn for_each_count(
 /// The penalised logit of a token seen `c > 0` times: the repetition penalty `r` divides
 /// a positive logit and multiplies a non-positive one (HF semantics, once per distinct
 /// token), then `c * frequency + presence` is subtracted (OpenAI semantics).
+///
+/// `-inf` is absorbing: a token already at `-inf` (in the row, banned by a bias, or
+/// masked) stays there, even when `c * frequency` overflows to `-inf`. So penalties give
+/// the same result before and after a mask or a ban.
 #[inline]
 pub(crate) fn penalize(x: f32, c: u32, params: &SamplingParams) -> f32 {
+    if x == f32::NEG_INFINITY {
+        return x;
+    }
     let r = params.repetition_penalty();
     let x = if r == 1.0 {
         x
