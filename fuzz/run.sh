@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 SECONDS_PER_TARGET="${1:-30}"
 shift || true
-ALL_TARGETS=(pipeline tail_cut generation_config stop grammar tokenizer_json request chain)
+ALL_TARGETS=(pipeline tail_cut generation_config stop grammar tokenizer_json request chain batch)
 if [ "$#" -gt 0 ]; then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 
 HOST="$(rustc -vV | sed -n 's/^host: //p')"

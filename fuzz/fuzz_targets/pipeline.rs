@@ -5,9 +5,9 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use logits::{reference, DrawRng, Error, History, Sampler, SamplingParams, TokenId, TokenMask};
+use logits::{reference, DrawRng, Error, History, Sampler, TokenId, TokenMask};
 use logits_fuzz::{
-    assert_documented_sample_error, check_sample, param, reference_draw, Dtype, Row,
+    assert_documented_sample_error, check_sample, reference_draw, sampling_params, Dtype, Row,
 };
 
 #[derive(Arbitrary, Debug)]
@@ -18,54 +18,10 @@ enum Op {
     Rollback(u8),
 }
 
-fn params(u: &mut Unstructured<'_>) -> arbitrary::Result<Result<SamplingParams, Error>> {
-    let mut b = SamplingParams::builder();
-    if u.arbitrary()? {
-        b = b.temperature(if u.ratio(1, 4)? {
-            0.0
-        } else {
-            param(u, 0.0, 3.0)?
-        });
-    }
-    if u.arbitrary()? {
-        b = b.top_k(u.int_in_range(0..=40)?);
-    }
-    if u.arbitrary()? {
-        b = b.top_p(param(u, 0.0, 1.0)?);
-    }
-    if u.arbitrary()? {
-        b = b.min_p(param(u, 0.0, 1.0)?);
-    }
-    if u.arbitrary()? {
-        b = b.repetition_penalty(param(u, 0.0, 3.0)?);
-    }
-    if u.arbitrary()? {
-        b = b.frequency_penalty(param(u, -2.0, 2.0)?);
-    }
-    if u.arbitrary()? {
-        b = b.presence_penalty(param(u, -2.0, 2.0)?);
-    }
-    if u.arbitrary()? {
-        b = b.penalty_window(u.int_in_range(0..=8)?);
-    }
-    b = b.penalize_prompt(u.arbitrary()?);
-    for _ in 0..u.int_in_range(0..=4)? {
-        b = b.logit_bias(u.int_in_range(0..=40)?, param(u, -100.0, 100.0)?);
-    }
-    if u.arbitrary()? {
-        b = b.min_tokens_to_keep(u.int_in_range(0..=5)?);
-    }
-    b = b.seed(u.arbitrary()?);
-    if u.arbitrary()? {
-        b = b.logprobs(u.int_in_range(0..=21)?);
-    }
-    Ok(b.build())
-}
-
 fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     let dtype: Dtype = u.arbitrary()?;
     let vocab: usize = u.int_in_range(0..=36)?;
-    let params = match params(u)? {
+    let params = match sampling_params(u)? {
         Ok(p) => p,
         Err(e) => {
             assert!(matches!(e, Error::InvalidParameter { .. }), "{e:?}");

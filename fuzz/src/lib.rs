@@ -4,7 +4,7 @@
 use arbitrary::{Arbitrary, Unstructured};
 use logits::half::{bf16, f16};
 use logits::reference;
-use logits::{Error, Sample, TokenId};
+use logits::{Error, Sample, SamplingParams, TokenId};
 
 /// The element type a row is given in.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,4 +198,53 @@ pub fn reference_draw(
         }
     }
     (token, dist, near_boundary)
+}
+
+/// Arbitrary `SamplingParams`, valid or not: every field set or left at its default, with
+/// values drawn around and outside their valid ranges, logit biases on ids up to 40 and a
+/// seed. The builder's verdict is returned as is.
+pub fn sampling_params(
+    u: &mut Unstructured<'_>,
+) -> arbitrary::Result<Result<SamplingParams, Error>> {
+    let mut b = SamplingParams::builder();
+    if u.arbitrary()? {
+        b = b.temperature(if u.ratio(1, 4)? {
+            0.0
+        } else {
+            param(u, 0.0, 3.0)?
+        });
+    }
+    if u.arbitrary()? {
+        b = b.top_k(u.int_in_range(0..=40)?);
+    }
+    if u.arbitrary()? {
+        b = b.top_p(param(u, 0.0, 1.0)?);
+    }
+    if u.arbitrary()? {
+        b = b.min_p(param(u, 0.0, 1.0)?);
+    }
+    if u.arbitrary()? {
+        b = b.repetition_penalty(param(u, 0.0, 3.0)?);
+    }
+    if u.arbitrary()? {
+        b = b.frequency_penalty(param(u, -2.0, 2.0)?);
+    }
+    if u.arbitrary()? {
+        b = b.presence_penalty(param(u, -2.0, 2.0)?);
+    }
+    if u.arbitrary()? {
+        b = b.penalty_window(u.int_in_range(0..=8)?);
+    }
+    b = b.penalize_prompt(u.arbitrary()?);
+    for _ in 0..u.int_in_range(0..=4)? {
+        b = b.logit_bias(u.int_in_range(0..=40)?, param(u, -100.0, 100.0)?);
+    }
+    if u.arbitrary()? {
+        b = b.min_tokens_to_keep(u.int_in_range(0..=5)?);
+    }
+    b = b.seed(u.arbitrary()?);
+    if u.arbitrary()? {
+        b = b.logprobs(u.int_in_range(0..=21)?);
+    }
+    Ok(b.build())
 }
