@@ -3,7 +3,9 @@
 //! as built, where the engine lowers the stages it knows onto its kernels, and with
 //! every stage hidden from the planner, where each stage's own `apply` runs on the
 //! candidates. The two must agree on every result: the error, or the token drawn for the
-//! same uniform and the final distribution's kept set.
+//! same uniform and the final distribution's kept set. Where every stage has a
+//! `reference::Step`, the distribution is also checked against
+//! `reference::chain_survivors`.
 //!
 //! Tokens are compared only where the draw is not within 1e-9 (relative) of a boundary of
 //! the cumulative weights, and kept sets only where no cut is that close to its
@@ -13,6 +15,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use logits::reference::{self, Step};
 use logits::{
     Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, LogitBias, MinP, MirostatV2, Penalties,
     Stage, StageContext, Temperature, TokenId, TokenMask, TopK, TopNSigma, TopP, TypicalP, Xtc,
@@ -59,7 +62,7 @@ fn stage(
     u: &mut Unstructured<'_>,
     kind: Kind,
     vocab: usize,
-) -> arbitrary::Result<Option<[Box<dyn Stage>; 2]>> {
+) -> arbitrary::Result<(Option<[Box<dyn Stage>; 2]>, Option<Step>)> {
     let keep = u.int_in_range(1..=4)?;
     macro_rules! two {
         ($e:expr) => {{
@@ -84,24 +87,106 @@ fn stage(
                 };
                 pairs.push((id, b));
             }
-            two!(LogitBias::new(pairs))
+            (two!(LogitBias::new(pairs.clone())), Some(Step::Bias(pairs)))
         }
-        Kind::Penalties => two!(Penalties::new(
-            param(u, 0.5, 2.0)?,
-            param(u, -1.0, 1.0)?,
-            param(u, -1.0, 1.0)?
-        )),
-        Kind::Temperature => two!(Temperature::new(param(u, 0.05, 3.0)?)),
-        Kind::TopK => two!(TopK::new(u.int_in_range(1..=40)?).map(|s| s.min_keep(keep))),
-        Kind::TopP => two!(TopP::new(param(u, 0.0, 1.0)?).map(|s| s.min_keep(keep))),
-        Kind::MinP => two!(MinP::new(param(u, 0.0, 1.0)?).map(|s| s.min_keep(keep))),
-        Kind::Typical => two!(TypicalP::new(param(u, 0.0, 1.0)?).map(|s| s.min_keep(keep))),
-        Kind::Epsilon => two!(EpsilonCutoff::new(param(u, 0.0, 0.5)?).map(|s| s.min_keep(keep))),
-        Kind::Eta => two!(EtaCutoff::new(param(u, 0.0, 0.5)?).map(|s| s.min_keep(keep))),
-        Kind::Sigma => two!(TopNSigma::new(param(u, 0.0, 3.0)?)),
-        Kind::Xtc => two!(Xtc::new(param(u, 0.0, 1.0)?, param(u, 0.0, 0.6)?)),
-        Kind::MirostatV2 => two!(MirostatV2::new(param(u, 0.5, 8.0)?, param(u, 0.01, 1.0)?)),
+        Kind::Penalties => {
+            let (repetition, frequency, presence) = (
+                param(u, 0.5, 2.0)?,
+                param(u, -1.0, 1.0)?,
+                param(u, -1.0, 1.0)?,
+            );
+            let step = Step::Penalties {
+                repetition,
+                frequency,
+                presence,
+                window: None,
+                penalize_prompt: true,
+            };
+            (
+                two!(Penalties::new(repetition, frequency, presence)),
+                Some(step),
+            )
+        }
+        Kind::Temperature => {
+            let t = param(u, 0.05, 3.0)?;
+            (two!(Temperature::new(t)), Some(Step::Temperature(t)))
+        }
+        Kind::TopK => {
+            let k = u.int_in_range(1..=40)?;
+            let step = Step::TopK { k, min_keep: keep };
+            (two!(TopK::new(k).map(|s| s.min_keep(keep))), Some(step))
+        }
+        Kind::TopP => {
+            let p = param(u, 0.0, 1.0)?;
+            let step = Step::TopP { p, min_keep: keep };
+            (two!(TopP::new(p).map(|s| s.min_keep(keep))), Some(step))
+        }
+        Kind::MinP => {
+            let p = param(u, 0.0, 1.0)?;
+            let step = Step::MinP { p, min_keep: keep };
+            (two!(MinP::new(p).map(|s| s.min_keep(keep))), Some(step))
+        }
+        Kind::Typical => {
+            let p = param(u, 0.0, 1.0)?;
+            let step = Step::Typical { p, min_keep: keep };
+            (two!(TypicalP::new(p).map(|s| s.min_keep(keep))), Some(step))
+        }
+        Kind::Epsilon => {
+            let epsilon = param(u, 0.0, 0.5)?;
+            let step = Step::Epsilon {
+                epsilon,
+                min_keep: keep,
+            };
+            let stage = EpsilonCutoff::new(epsilon).map(|s| s.min_keep(keep));
+            (two!(stage), Some(step))
+        }
+        Kind::Eta => {
+            let epsilon = param(u, 0.0, 0.5)?;
+            let step = Step::Eta {
+                epsilon,
+                min_keep: keep,
+            };
+            (
+                two!(EtaCutoff::new(epsilon).map(|s| s.min_keep(keep))),
+                Some(step),
+            )
+        }
+        Kind::Sigma => {
+            let n = param(u, 0.0, 3.0)?;
+            (two!(TopNSigma::new(n)), Some(Step::TopNSigma { n }))
+        }
+        // No reference step: checked against the hidden chain only.
+        Kind::Xtc => (
+            two!(Xtc::new(param(u, 0.0, 1.0)?, param(u, 0.0, 0.6)?)),
+            None,
+        ),
+        Kind::MirostatV2 => (
+            two!(MirostatV2::new(param(u, 0.5, 8.0)?, param(u, 0.01, 1.0)?)),
+            None,
+        ),
     })
+}
+
+/// Checks the chain's final distribution against `reference::chain_survivors`. Away from
+/// a cut's threshold the kept sets are equal and the probabilities agree to 1e-6; near
+/// one, the two summation orders may keep one token more or less, so a difference is
+/// accepted only when one kept set is a prefix of the other in draw order.
+fn check_reference(got: &[(TokenId, f64)], want: &[(TokenId, f64)]) {
+    let n = got.len().min(want.len());
+    let ids = |d: &[(TokenId, f64)]| d.iter().map(|x| x.0).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&got[..n]),
+        ids(&want[..n]),
+        "kept sets: {got:?} / reference {want:?}"
+    );
+    if got.len() == want.len() {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g.1 - w.1).abs() <= 1e-6,
+                "probabilities: {got:?} / reference {want:?}"
+            );
+        }
+    }
 }
 
 /// True when `u` lies within 1e-9 (relative) of a boundary of `dist`'s cumulative
@@ -122,11 +207,18 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     let vocab: usize = u.int_in_range(1..=48)?;
     let mut built = Chain::builder(vocab);
     let mut hidden = Chain::builder(vocab);
+    // The same chain as `reference` steps, while every stage has one.
+    let mut steps = Some(Vec::new());
     for _ in 0..u.int_in_range(0..=5)? {
         let kind: Kind = u.arbitrary()?;
-        if let Some([a, b]) = stage(u, kind, vocab)? {
+        let (pair, step) = stage(u, kind, vocab)?;
+        if let Some([a, b]) = pair {
             built = built.boxed_stage(a);
             hidden = hidden.boxed_stage(Box::new(Opaque(b)));
+            match (step, steps.as_mut()) {
+                (Some(step), Some(v)) => v.push(step),
+                _ => steps = None,
+            }
         }
     }
     let seed: u64 = u.arbitrary()?;
@@ -177,6 +269,21 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 b.distribution(r, mask.as_ref(), &mut db),
             ),
         };
+        // Mirostat and XTC keep no reference step; the others keep no state between
+        // steps, so the reference sees the same history as the chain.
+        let want = steps.as_ref().map(|steps| {
+            let history = a.history();
+            reference::chain_survivors(&row.to_f32(), vocab, &history, mask.as_ref(), steps)
+        });
+        match &want {
+            Some(Ok(want)) if ra.is_ok() => check_reference(&da, want),
+            Some(want) => assert_eq!(
+                ra.as_ref().err(),
+                want.as_ref().err(),
+                "error against the reference"
+            ),
+            None => {}
+        }
         match (ra, rb) {
             (Ok(()), Ok(())) => {
                 let total: f64 = da.iter().map(|x| x.1).sum();
