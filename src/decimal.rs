@@ -48,6 +48,25 @@ pub fn as_decimal(x: f32) -> f64 {
         .unwrap_or(wide)
 }
 
+/// A probability threshold as given and as compared: the `f32` a stage was built with
+/// and its [`as_decimal`], computed once when the stage is built, not at every step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Threshold {
+    /// The value as given.
+    pub(crate) value: f32,
+    /// The value as compared: `as_decimal(value)`.
+    pub(crate) decimal: f64,
+}
+
+impl Threshold {
+    pub(crate) fn new(value: f32) -> Self {
+        Threshold {
+            value,
+            decimal: as_decimal(value),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::as_decimal;

@@ -84,7 +84,7 @@ pub(crate) fn floor_band(cut: f64, z: f64, z_err: f64, n: usize, max: f32) -> Op
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct EpsilonCutoff {
-    epsilon: f32,
+    epsilon: crate::decimal::Threshold,
     min_keep: usize,
     weights: Vec<f64>,
     scratch: Vec<f32>,
@@ -104,7 +104,7 @@ impl EpsilonCutoff {
             });
         }
         Ok(EpsilonCutoff {
-            epsilon,
+            epsilon: crate::decimal::Threshold::new(epsilon),
             min_keep: 1,
             weights: Vec::new(),
             scratch: Vec::new(),
@@ -121,7 +121,7 @@ impl EpsilonCutoff {
 
     /// `epsilon`.
     pub fn epsilon(&self) -> f32 {
-        self.epsilon
+        self.epsilon.value
     }
 }
 
@@ -132,7 +132,7 @@ impl Stage for EpsilonCutoff {
 
     fn lowering(&self) -> crate::chain::lower::Lowering {
         crate::chain::lower::Lowering::Floor(crate::chain::lower::Floor::Epsilon {
-            epsilon: self.epsilon,
+            epsilon: self.epsilon.value,
             keep: self.min_keep,
         })
     }
@@ -142,7 +142,7 @@ impl Stage for EpsilonCutoff {
             return Ok(());
         }
         let total = c.weights(&mut self.weights);
-        let cut = crate::as_decimal(self.epsilon);
+        let cut = self.epsilon.decimal;
         cut_below(
             c,
             &self.weights,

@@ -62,7 +62,7 @@ pub(crate) fn floor_band(epsilon: f64, e: &Entropy, n: usize, max: f32) -> Optio
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct EtaCutoff {
-    epsilon: f32,
+    epsilon: crate::decimal::Threshold,
     min_keep: usize,
     weights: Vec<f64>,
     scratch: Vec<f32>,
@@ -82,7 +82,7 @@ impl EtaCutoff {
             });
         }
         Ok(EtaCutoff {
-            epsilon,
+            epsilon: crate::decimal::Threshold::new(epsilon),
             min_keep: 1,
             weights: Vec::new(),
             scratch: Vec::new(),
@@ -99,7 +99,7 @@ impl EtaCutoff {
 
     /// `epsilon`.
     pub fn epsilon(&self) -> f32 {
-        self.epsilon
+        self.epsilon.value
     }
 }
 
@@ -110,7 +110,7 @@ impl Stage for EtaCutoff {
 
     fn lowering(&self) -> crate::chain::lower::Lowering {
         crate::chain::lower::Lowering::Floor(crate::chain::lower::Floor::Eta {
-            epsilon: self.epsilon,
+            epsilon: self.epsilon.value,
             keep: self.min_keep,
         })
     }
@@ -121,7 +121,7 @@ impl Stage for EtaCutoff {
         }
         let total = c.weights(&mut self.weights);
         let h = entropy(c, &self.weights, total);
-        let eps = crate::as_decimal(self.epsilon);
+        let eps = self.epsilon.decimal;
         let eta = eps.min(eps.sqrt() * (-h).exp());
         cut_below(
             c,

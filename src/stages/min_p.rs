@@ -2,10 +2,10 @@
 
 /// Length of the min-p prefix of the sorted candidates' scaled logits
 /// `s = (l - max) / T`: the candidates with `s - s_top >= ln(min_p)`, `min_p` read as
-/// the decimal it was written as ([`as_decimal`](crate::as_decimal)); equality is kept.
-/// Computed in logit space, so no probability is needed.
-pub(crate) fn prefix_len(scaled: impl Iterator<Item = f64>, min_p: f32) -> usize {
-    let cut = crate::as_decimal(min_p).ln();
+/// the decimal it was written as ([`as_decimal`](crate::as_decimal)), so `cut` is
+/// `ln(as_decimal(min_p))`; equality is kept. Computed in logit space, so no probability
+/// is needed.
+pub(crate) fn prefix_len(scaled: impl Iterator<Item = f64>, cut: f64) -> usize {
     let mut top = None;
     scaled
         .take_while(|&s| {
@@ -29,6 +29,8 @@ pub(crate) fn prefix_len(scaled: impl Iterator<Item = f64>, min_p: f32) -> usize
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MinP {
     p: f32,
+    /// `ln(as_decimal(p))`, the threshold compared.
+    ln_p: f64,
     min_keep: usize,
 }
 
@@ -43,7 +45,11 @@ impl MinP {
                 expected: "a value in [0, 1]",
             });
         }
-        Ok(MinP { p, min_keep: 1 })
+        Ok(MinP {
+            p,
+            ln_p: crate::as_decimal(p).ln(),
+            min_keep: 1,
+        })
     }
 
     /// Keep at least `n` candidates.
@@ -82,7 +88,10 @@ impl crate::chain::Stage for MinP {
         }
         c.sort();
         let (max, t) = (f64::from(c.max_logit()), c.temperature());
-        let n = prefix_len(c.logits().iter().map(|&l| (f64::from(l) - max) / t), self.p);
+        let n = prefix_len(
+            c.logits().iter().map(|&l| (f64::from(l) - max) / t),
+            self.ln_p,
+        );
         c.truncate(n.max(self.min_keep));
         Ok(())
     }

@@ -66,7 +66,7 @@ pub(crate) fn crossing(weights: &[f64], start: f64, target: f64, margin: Option<
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopP {
-    p: f32,
+    p: crate::decimal::Threshold,
     min_keep: usize,
     weights: Vec<f64>,
 }
@@ -83,7 +83,7 @@ impl TopP {
             });
         }
         Ok(TopP {
-            p,
+            p: crate::decimal::Threshold::new(p),
             min_keep: 1,
             weights: Vec::new(),
         })
@@ -99,7 +99,7 @@ impl TopP {
 
     /// `p`.
     pub fn p(&self) -> f32 {
-        self.p
+        self.p.value
     }
 }
 
@@ -110,7 +110,7 @@ impl crate::chain::Stage for TopP {
 
     fn lowering(&self) -> crate::chain::lower::Lowering {
         crate::chain::lower::Lowering::TopP {
-            p: self.p,
+            p: self.p.value,
             keep: self.min_keep,
         }
     }
@@ -120,12 +120,12 @@ impl crate::chain::Stage for TopP {
         c: &mut crate::Candidates,
         _: &crate::StageContext<'_>,
     ) -> Result<(), crate::Error> {
-        if self.p >= 1.0 {
+        if self.p.value >= 1.0 {
             return Ok(());
         }
         c.sort();
         let total = c.weights(&mut self.weights);
-        if let Some(n) = prefix_len(&self.weights, crate::as_decimal(self.p), total) {
+        if let Some(n) = prefix_len(&self.weights, self.p.decimal, total) {
             c.truncate(n.max(self.min_keep));
         }
         Ok(())

@@ -106,7 +106,7 @@ pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct TypicalP {
-    mass: f32,
+    mass: crate::decimal::Threshold,
     min_keep: usize,
     weights: Vec<f64>,
     keys: Vec<Key>,
@@ -128,7 +128,7 @@ impl TypicalP {
             });
         }
         Ok(TypicalP {
-            mass,
+            mass: crate::decimal::Threshold::new(mass),
             min_keep: 1,
             weights: Vec::new(),
             keys: Vec::new(),
@@ -147,7 +147,7 @@ impl TypicalP {
 
     /// The mass.
     pub fn mass(&self) -> f32 {
-        self.mass
+        self.mass.value
     }
 }
 
@@ -158,7 +158,7 @@ impl Stage for TypicalP {
 
     fn apply(&mut self, c: &mut Candidates, _: &StageContext<'_>) -> Result<(), Error> {
         let max = c.max_logit();
-        if self.mass >= 1.0 || c.len() <= 1 || max == f32::NEG_INFINITY {
+        if self.mass.value >= 1.0 || c.len() <= 1 || max == f32::NEG_INFINITY {
             return Ok(());
         }
         let total = c.weights(&mut self.weights);
@@ -184,7 +184,7 @@ impl Stage for TypicalP {
             return Ok(());
         }
         // The bucket where the cumulative weight reaches the target.
-        let target = crate::as_decimal(self.mass) * total;
+        let target = self.mass.decimal * total;
         let (mut before, mut n_before, mut cross) = (0.0f64, 0usize, None);
         for b in 0..BUCKETS {
             if self.bucket_n[b] == 0 {

@@ -50,8 +50,8 @@ const SALT: u64 = 0x5854_4300; // "XTC\0"
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Xtc {
-    probability: f32,
-    threshold: f32,
+    probability: crate::decimal::Threshold,
+    threshold: crate::decimal::Threshold,
     min_keep: usize,
     strict: bool,
     special: Vec<TokenId>,
@@ -80,8 +80,8 @@ impl Xtc {
             });
         }
         Ok(Xtc {
-            probability,
-            threshold,
+            probability: crate::decimal::Threshold::new(probability),
+            threshold: crate::decimal::Threshold::new(threshold),
             min_keep: 1,
             strict: false,
             special: Vec::new(),
@@ -114,12 +114,12 @@ impl Xtc {
 
     /// The probability that XTC acts at a step.
     pub fn probability(&self) -> f32 {
-        self.probability
+        self.probability.value
     }
 
     /// The threshold.
     pub fn threshold(&self) -> f32 {
-        self.threshold
+        self.threshold.value
     }
 }
 
@@ -129,14 +129,14 @@ impl Stage for Xtc {
     }
 
     fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
-        if self.probability <= 0.0 || c.len() < 2 || c.max_logit() == f32::NEG_INFINITY {
+        if self.probability.value <= 0.0 || c.len() < 2 || c.max_logit() == f32::NEG_INFINITY {
             return Ok(());
         }
-        if ctx.uniform(SALT) >= crate::as_decimal(self.probability) {
+        if ctx.uniform(SALT) >= self.probability.decimal {
             return Ok(());
         }
         let total = c.weights(&mut self.weights);
-        let thr = crate::as_decimal(self.threshold);
+        let thr = self.threshold.decimal;
         let strict = self.strict;
         let (mut above, mut least) = (0usize, f64::INFINITY);
         let mut live = 0usize;
