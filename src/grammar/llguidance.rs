@@ -31,8 +31,8 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use llguidance::api::{StopReason, TopLevelGrammar};
-use llguidance::{Matcher, ParserFactory};
+use llguidance::api::{GrammarWithLexer, StopReason, TopLevelGrammar};
+use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
 use toktrie::{ApproximateTokEnv, SimpleVob, TokEnv, TokRxInfo, TokTrie};
 
 use crate::grammar::constraint::{Constraint, Status};
@@ -187,8 +187,12 @@ impl LlgEngine {
         )
     }
 
-    /// Compiles a JSON schema (JSON text). Unsupported keywords are errors, not ignored.
-    /// Whitespace between JSON tokens is flexible, as llguidance's default.
+    /// Compiles a JSON schema (JSON text) with the default [`JsonOptions`]: at most one
+    /// space between JSON tokens ([`Whitespace::SingleSpace`]), so the output ends even
+    /// when the model prefers whitespace. Unsupported keywords are errors, not ignored.
+    ///
+    /// Options the schema sets itself in llguidance's `"x-guidance"` object win; see
+    /// [`json_schema_with`](Self::json_schema_with).
     ///
     /// # Errors
     /// [`GrammarError::InvalidGrammar`] when the text is not JSON or not a valid schema,
@@ -196,12 +200,72 @@ impl LlgEngine {
     /// [`GrammarError::EmptyLanguage`] for a schema no value satisfies (`false`,
     /// `{"enum": []}`, `minLength` above `maxLength`) or whose values no token can spell.
     pub fn json_schema(&self, schema: &str) -> Result<LlgConstraint, GrammarError> {
-        self.compile(
-            GrammarKind::JsonSchema,
-            TopLevelGrammar::from_tagged_str("json_schema", schema)
-                .map_err(|e| format!("the schema is not valid JSON: {e}")),
-            String::new(),
-        )
+        self.json_schema_with(schema, JsonOptions::default())
+    }
+
+    /// Compiles a JSON schema (JSON text) with `options`.
+    ///
+    /// The options are written into the schema's top-level `"x-guidance"` object, the
+    /// one llguidance reads its JSON options from. A schema that has one keeps it: a
+    /// `whitespace_flexible` or `whitespace_pattern` it sets wins over
+    /// [`JsonOptions::whitespace`], and its other fields (`lenient`, `coerce_one_of`,
+    /// separators, ...) apply as llguidance documents them. The schema `true` is read as
+    /// `{}`, so that the options apply to it too.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use logits::grammar::{GrammarMask, JsonOptions, LlgEngine, TokenKind, Vocab, Whitespace};
+    ///
+    /// let mut tokens: Vec<Vec<u8>> = (0u8..128).map(|b| vec![b]).collect();
+    /// let mut kinds = vec![TokenKind::Text; 128];
+    /// tokens.push(b"<eos>".to_vec());
+    /// kinds.push(TokenKind::Special);
+    /// let vocab = Arc::new(Vocab::new(tokens, kinds, vec![128])?);
+    /// let engine = LlgEngine::new(vocab.clone())?;
+    /// let schema = r#"{"type": "array", "items": {"type": "boolean"}}"#;
+    ///
+    /// // After `[`, compact JSON allows no whitespace ...
+    /// let compact = JsonOptions::default().with_whitespace(Whitespace::Compact);
+    /// let mut stage = GrammarMask::new(Box::new(engine.json_schema_with(schema, compact)?), vocab.clone());
+    /// stage.commit(b'[' as u32)?;
+    /// assert!(!stage.is_allowed(b' ' as u32)?);
+    ///
+    /// // ... the default one space, and no second one ...
+    /// let mut stage = GrammarMask::new(Box::new(engine.json_schema(schema)?), vocab.clone());
+    /// stage.commit(b'[' as u32)?;
+    /// stage.commit(b' ' as u32)?;
+    /// assert!(!stage.is_allowed(b' ' as u32)? && !stage.is_allowed(b'\n' as u32)?);
+    ///
+    /// // ... and the schema's own `x-guidance` wins over the options.
+    /// let flexible = r#"{"type": "array", "x-guidance": {"whitespace_flexible": true}}"#;
+    /// let mut stage = GrammarMask::new(Box::new(engine.json_schema_with(flexible, compact)?), vocab);
+    /// for b in *b"[ \n\n  " {
+    ///     stage.commit(b as u32)?;
+    /// }
+    /// # Ok::<(), logits::grammar::GrammarError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`json_schema`](Self::json_schema).
+    pub fn json_schema_with(
+        &self,
+        schema: &str,
+        options: JsonOptions,
+    ) -> Result<LlgConstraint, GrammarError> {
+        let text = if schema.trim() == "true" {
+            "{}"
+        } else {
+            schema
+        };
+        let grammar = TopLevelGrammar::from_tagged_str("json_schema", text)
+            .map(|mut g| {
+                if let Some(first) = g.grammars.first_mut() {
+                    options.write_into(first);
+                }
+                g
+            })
+            .map_err(|e| format!("the schema is not valid JSON: {e}"));
+        self.compile(GrammarKind::JsonSchema, grammar, String::new())
     }
 
     /// Compiles a Lark-style context-free grammar (llguidance's dialect: regex terminals,
@@ -273,6 +337,114 @@ impl LlgEngine {
             tokens: Vec::new(),
             named,
         })
+    }
+}
+
+/// How much whitespace a JSON schema's output may put between its tokens (between `{`,
+/// a key, `:`, a value, `,`, `}`, ...; whitespace inside strings is the string's).
+///
+/// llguidance's own default is [`Whitespace::Flexible`]: any run of whitespace, at every
+/// gap. A model that likes whitespace (a small or untrained one, or a large one at a
+/// high temperature) then emits spaces and newlines until its token limit, and the
+/// output never completes. Every other choice bounds the whitespace, so a schema whose
+/// strings, numbers and arrays are bounded always ends.
+///
+/// | choice | between tokens | as in |
+/// |---|---|---|
+/// | [`Compact`](Whitespace::Compact) | nothing: `{"a":1,"b":[2,3]}` | llguidance `"whitespace_flexible": false` |
+/// | [`SingleSpace`](Whitespace::SingleSpace) (default) | at most one space: `{"a": 1, "b": [2, 3]}` | Outlines' default whitespace pattern `[ ]?` |
+/// | [`Bounded(n)`](Whitespace::Bounded) | at most `n` of space, tab, LF, CR | XGrammar's `max_whitespace_cnt` |
+/// | [`Flexible`](Whitespace::Flexible) | any run of space, tab, LF, CR | llguidance's default |
+///
+/// `SingleSpace` is the default because it is the whitespace of JSON as models usually
+/// write it (`", "` and `": "`), which the canonical tokenization of such text needs.
+/// Whatever the choice, a string without `maxLength` (or an array without `maxItems`)
+/// can still run on: keep a length limit ([`StopConditions`](crate::StopConditions)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Whitespace {
+    /// No whitespace at all between tokens.
+    Compact,
+    /// At most one space (U+0020) between tokens.
+    #[default]
+    SingleSpace,
+    /// At most `n` whitespace characters (space, tab, line feed, carriage return) between
+    /// tokens; `Bounded(0)` is [`Compact`](Whitespace::Compact).
+    Bounded(u8),
+    /// Any amount of whitespace between tokens (llguidance's own default). The output may
+    /// never end: use it only with a length limit.
+    Flexible,
+}
+
+/// Options for [`LlgEngine::json_schema_with`].
+///
+/// ```
+/// use logits::grammar::{JsonOptions, Whitespace};
+///
+/// let options = JsonOptions::default().with_whitespace(Whitespace::Bounded(4));
+/// assert_eq!(options.whitespace(), Whitespace::Bounded(4));
+/// assert_eq!(JsonOptions::default().whitespace(), Whitespace::SingleSpace);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub struct JsonOptions {
+    whitespace: Whitespace,
+}
+
+impl JsonOptions {
+    /// These options with `whitespace` between JSON tokens.
+    #[must_use]
+    pub fn with_whitespace(mut self, whitespace: Whitespace) -> Self {
+        self.whitespace = whitespace;
+        self
+    }
+
+    /// The whitespace allowed between JSON tokens.
+    pub fn whitespace(&self) -> Whitespace {
+        self.whitespace
+    }
+
+    /// llguidance's `whitespace_flexible` and `whitespace_pattern` for these options.
+    fn llguidance_whitespace(&self) -> (bool, Option<String>) {
+        match self.whitespace {
+            Whitespace::Compact | Whitespace::Bounded(0) => (false, None),
+            Whitespace::SingleSpace => (false, Some(r"\x20".to_owned())),
+            Whitespace::Bounded(n) => (false, Some(format!(r"[\x20\x0A\x0D\x09]{{1,{n}}}"))),
+            Whitespace::Flexible => (true, None),
+        }
+    }
+
+    /// Writes the options into the schema's top-level `x-guidance` object, leaving the
+    /// fields the schema sets itself. A schema that is not an object is left alone (it
+    /// is refused when it is compiled, unless it is `false`).
+    fn write_into(&self, grammar: &mut GrammarWithLexer) {
+        let (flexible, pattern) = self.llguidance_whitespace();
+        let Some(schema) = grammar.json_schema.as_mut() else {
+            return;
+        };
+        let Some(object) = schema.as_object_mut() else {
+            return;
+        };
+        if !object.contains_key("x-guidance") {
+            JsonCompileOptions {
+                whitespace_flexible: flexible,
+                whitespace_pattern: pattern,
+                ..JsonCompileOptions::default()
+            }
+            .apply_to(schema);
+            return;
+        }
+        // Not an object: llguidance refuses it with its own message.
+        let Some(own) = object.get_mut("x-guidance").and_then(|v| v.as_object_mut()) else {
+            return;
+        };
+        if own.contains_key("whitespace_flexible") || own.contains_key("whitespace_pattern") {
+            return;
+        }
+        own.insert("whitespace_flexible".to_owned(), flexible.into());
+        if let Some(pattern) = pattern {
+            own.insert("whitespace_pattern".to_owned(), pattern.into());
+        }
     }
 }
 

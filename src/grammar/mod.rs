@@ -85,6 +85,6 @@ pub use constraint::{Constraint, GrammarMask, Status};
 pub use error::{GrammarError, GrammarKind};
 #[cfg(feature = "llguidance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "llguidance")))]
-pub use llguidance::{LlgConstraint, LlgEngine};
+pub use llguidance::{JsonOptions, LlgConstraint, LlgEngine, Whitespace};
 pub use token_set::TokenSet;
 pub use vocab::{TokenKind, Vocab};
