@@ -5,25 +5,159 @@
 //! temperature, the softmax, the tail cuts and the draw, as a model-free library with
 //! validated parameters, typed errors, no allocation per step and reproducible draws.
 //!
-//! # Quick start
-//! ```
-//! use logits::{Sampler, SamplingParams};
+//! # The engine loop
 //!
-//! // Qwen3's generation_config.json: temperature 0.6, top-k 20, top-p 0.95.
-//! let params = SamplingParams::builder()
-//!     .temperature(0.6)
-//!     .top_k(20)
-//!     .top_p(0.95)
-//!     .seed(42)
-//!     .build()?;
-//! let mut sampler = Sampler::new(params, 6)?;
+//! What a serving engine runs per sequence: the prompt's ids as history, one forward
+//! pass per token giving a `bf16` row that may be wider than the vocabulary (padding),
+//! [`SamplingParams`] from the model's `generation_config.json` and the user's request
+//! (feature `serde`), a grammar ([`grammar`]), the draw, the logprobs to report and the
+//! stop conditions ([`stop`]). The model here is a stand-in; everything else is this
+//! crate's API. The example runs as a test with and without the features it uses.
 //!
-//! // One row of logits from the model (f32, f16 or bf16).
-//! let row = [22.38f32, 20.88, 20.62, 19.88, 19.50, 19.40];
-//! let next = sampler.sample(&row)?;
-//! assert!(next.token < 6);
-//! # Ok::<(), logits::Error>(())
 //! ```
+//! use std::sync::Arc;
+//!
+//! use logits::grammar::{Constraint, GrammarMask, TokenKind, Vocab};
+//! use logits::half::bf16;
+//! use logits::{FinishReason, OwnedStopChecker, Sampler, StopConditions, TokenId};
+//!
+//! // A toy model: 1,000 tokens in rows of 1,024 logits, the last 24 slots padding (Qwen3:
+//! // 151,669 tokens in rows of 151,936). Ids 0..=255 are the single bytes, 999 is the
+//! // end-of-sequence token.
+//! const VOCAB: usize = 1_000;
+//! const ROW: usize = 1_024;
+//! const EOS: TokenId = 999;
+//!
+//! /// The forward pass: one bf16 row of logits for the tokens so far. Padding slots hold
+//! /// NaN here; the sampler never reads them.
+//! fn forward(tokens: &[TokenId], row: &mut [bf16]) {
+//!     let mut x = tokens.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &t| {
+//!         (h ^ u64::from(t)).wrapping_mul(0x0100_0000_01b3)
+//!     });
+//!     for (i, logit) in row.iter_mut().enumerate() {
+//!         x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+//!         *logit = if i < VOCAB {
+//!             bf16::from_f32((x >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0)
+//!         } else {
+//!             bf16::NAN
+//!         };
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // The tokenizer's pieces, for the grammar and the stop strings.
+//!     let mut pieces: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+//!     pieces.extend((256..EOS).map(|id| format!("tok{id}").into_bytes()));
+//!     pieces.push(b"<eos>".to_vec());
+//!     let mut kinds = vec![TokenKind::Text; VOCAB - 1];
+//!     kinds.push(TokenKind::Special);
+//!     pieces.resize(ROW, Vec::new());
+//!     kinds.resize(ROW, TokenKind::Padding);
+//!     let vocab = Arc::new(Vocab::new(pieces, kinds, vec![EOS])?);
+//!
+//!     // 1. Parameters: the model's generation_config.json gives the defaults, the
+//!     //    request (OpenAI's fields) overrides them, as vLLM does. Without `serde`, the
+//!     //    builder says the same.
+//!     #[cfg(feature = "serde")]
+//!     let (params, stop) = {
+//!         use logits::{request::openai, GenerationConfig};
+//!         let config = GenerationConfig::from_json(
+//!             r#"{"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
+//!                 "eos_token_id": [999]}"#,
+//!         )?;
+//!         let request: serde_json::Value = serde_json::from_str(
+//!             r#"{"model": "toy", "messages": [{"role": "user", "content": "Yes or no?"}],
+//!                 "seed": 42, "max_tokens": 64, "stop": ["\n\n"],
+//!                 "logprobs": true, "top_logprobs": 2}"#,
+//!         )?;
+//!         let request = openai::parse_with_defaults(&request, &config.to_params()?)?;
+//!         let stop = StopConditions::builder()
+//!             .stop_tokens(config.eos_token_id.iter().copied())
+//!             .stop_strings(request.stop.stop_strings().iter().cloned())
+//!             .max_tokens(request.stop.max_tokens().unwrap_or(256))
+//!             .build()?;
+//!         (request.params, stop)
+//!     };
+//!     #[cfg(not(feature = "serde"))]
+//!     let (params, stop) = (
+//!         logits::SamplingParams::builder()
+//!             .temperature(0.6)
+//!             .top_k(20)
+//!             .top_p(0.95)
+//!             .seed(42)
+//!             .logprobs(2)
+//!             .build()?,
+//!         StopConditions::builder()
+//!             .stop_tokens([EOS])
+//!             .stop_strings(["\n\n"])
+//!             .max_tokens(64)
+//!             .build()?,
+//!     );
+//!     assert_eq!((params.temperature(), params.top_k(), params.seed()), (0.6, Some(20), 42));
+//!
+//!     // 2. A grammar the output must follow: a JSON schema through llguidance (feature
+//!     //    `llguidance`), or one of two literal answers with the built-in `Choice`.
+//!     #[cfg(feature = "llguidance")]
+//!     let constraint: Box<dyn Constraint> = Box::new(
+//!         logits::grammar::LlgEngine::new(vocab.clone())?.json_schema(
+//!             r#"{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}},
+//!                 "required": ["answer"], "additionalProperties": false}"#,
+//!         )?,
+//!     );
+//!     #[cfg(not(feature = "llguidance"))]
+//!     let constraint: Box<dyn Constraint> = Box::new(logits::grammar::Choice::new(
+//!         vocab.clone(),
+//!         &[r#"{"answer": "yes"}"#, r#"{"answer": "no"}"#],
+//!     )?);
+//!     let mut grammar = GrammarMask::new(constraint, vocab.clone());
+//!
+//!     // 3. One sampler per sequence, for the real vocabulary (rows may be wider), with
+//!     //    the prompt as history for the penalties; one stop checker per sequence.
+//!     let prompt: Vec<TokenId> = "Yes or no?".bytes().map(TokenId::from).collect();
+//!     let mut sampler = Sampler::new(params, VOCAB)?;
+//!     sampler.push_prompt(&prompt)?;
+//!     let mut checker = OwnedStopChecker::new(stop);
+//!
+//!     // 4. The loop: forward pass, masked draw, stop conditions, logprobs.
+//!     let mut tokens = prompt.clone();
+//!     let mut row = vec![bf16::ZERO; ROW];
+//!     let mut text = String::new();
+//!     let finish = loop {
+//!         forward(&tokens, &mut row);
+//!         let (sample, _status) = grammar.sample(&mut sampler, &row)?; // mask, draw, commit
+//!         tokens.push(sample.token);
+//!
+//!         // The drawn token's logprob and its two most likely alternatives, under the
+//!         // model's raw distribution (what OpenAI, vLLM and llama.cpp report).
+//!         let raw = sample.raw_logprob.expect("logprobs were requested");
+//!         assert!(raw <= 0.0 && sample.alternatives().len() == 2);
+//!         #[cfg(feature = "serde")]
+//!         {
+//!             use logits::{request::TokenLogprob, LogprobKind};
+//!             let record = TokenLogprob::from_sample(&sample, LogprobKind::Raw, |id| {
+//!                 vocab.bytes(id).to_vec()
+//!             })
+//!             .expect("logprobs were requested");
+//!             let json = serde_json::to_string(&record)?; // one entry of `logprobs.content`
+//!             assert!(json.contains(r#""top_logprobs":[{"token":"#));
+//!         }
+//!
+//!         let step = checker.push(sample.token, vocab.bytes(sample.token));
+//!         text.push_str(step.text); // stream this; text that may start a stop string waits
+//!         if let Some(reason) = step.finish {
+//!             break reason;
+//!         }
+//!     };
+//!
+//!     assert_eq!(finish, FinishReason::StopToken(EOS));
+//!     assert_eq!(finish.openai_name(), "stop");
+//!     assert!(text.contains(r#""yes""#) || text.contains(r#""no""#), "{text}");
+//!     Ok(())
+//! }
+//! ```
+//!
+//! In a batch, [`BatchSampler`] holds one sampler per sequence and samples the rows of
+//! one forward pass together; everything else stays per sequence.
 //!
 //! # The pipeline
 //!

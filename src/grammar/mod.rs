@@ -15,7 +15,9 @@
 //! - With the cargo feature `llguidance`: `LlgEngine`, which compiles regexes, JSON
 //!   schemas and Lark-style context-free grammars with the llguidance engine (llguidance
 //!   1.9.1, `default-features = false` plus `lark`: 21 more crates and about 50 s of CPU
-//!   for a release build on two cores).
+//!   for a release build on two cores). Its JSON schemas allow at most one space between
+//!   tokens by default, so that a model fond of whitespace still finishes; `JsonOptions`
+//!   and `Whitespace` choose compact, bounded or llguidance's flexible whitespace.
 //!
 //! # Rules every constraint obeys
 //! [`GrammarMask`] enforces these whatever engine sits behind it:
