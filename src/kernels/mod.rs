@@ -9,11 +9,13 @@
 //! - [`stats`]: the whole-row mass and entropy, and the moments of the logits, each
 //!   with its error bound (epsilon, eta, top-n-sigma);
 //! - [`greedy`]: the argmax;
+//! - [`exact_sum`]: exact sums of `f64` weights, for the draw's exact decision;
 //! - [`simd`]: run-time dispatch of the passes to AVX2/AVX-512, the crate's only `unsafe`.
 //!
 //! A new sampler uses these through the engine; it does not need to call them directly.
 
 pub(crate) mod adjust;
+pub(crate) mod exact_sum;
 pub(crate) mod exp;
 pub(crate) mod greedy;
 pub(crate) mod histogram;
