@@ -10,7 +10,8 @@
 //! 2. [`candidates`]: temperature. Every finite logit `l` becomes a candidate with scaled
 //!    logit `s = (l - max) / T` (in `f64`), sorted by `l` descending, ties by lower id.
 //! 3. [`top_k`], [`top_p`], [`min_p`]: each keeps a prefix of the sorted candidates.
-//! 4. [`draw`]: inverse CDF over the survivors in that order with one uniform.
+//! 4. [`draw`]: inverse CDF over the survivors in that order with one uniform, decided
+//!    exactly (exact sums of the `f64` weights, so independent of summation order).
 //!
 //! Greedy (`T = 0`) is [`argmax`].
 //!
@@ -235,22 +236,16 @@ pub fn normalize(c: &[Candidate]) -> Vec<(TokenId, f64)> {
 
 /// Inverse CDF: the first survivor whose cumulative weight exceeds `u * total`, with `u`
 /// in `[0, 1)`. A zero-weight survivor is never returned.
+///
+/// The decision is exact: the weights are the `f64` values [`Candidate::weight`], the
+/// total `T` is their exact (real-number) sum, and the token is the first survivor in
+/// draw order whose exact running sum `C` has `C > u * T`. No sum is rounded, so the
+/// result does not depend on the order of any summation; the fast samplers return this
+/// token for every `u` in `[0, 1)`.
 pub fn draw(c: &[Candidate], u: f64) -> TokenId {
-    let total: f64 = c.iter().map(Candidate::weight).sum();
-    let target = u * total;
-    let mut cum = 0.0;
-    let mut last = c[0].id;
-    for x in c {
-        let w = x.weight();
-        if w > 0.0 {
-            last = x.id;
-        }
-        cum += w;
-        if cum > target {
-            return x.id;
-        }
-    }
-    last
+    let i = crate::kernels::exact_sum::exact_index(c.iter().map(Candidate::weight), u)
+        .unwrap_or_else(|| c.iter().rposition(|x| x.weight() > 0.0).unwrap_or(0));
+    c[i].id
 }
 
 /// The surviving candidates after temperature and the three tail cuts, in draw order.

@@ -1666,15 +1666,24 @@ impl Engine {
                 err,
             } => {
                 let t = self.draw_temperature();
-                // The target moves by at most `err` with the total, the sums by `err`.
-                let margin = if precise { None } else { Some(2.0 * err) };
+                if precise {
+                    let (id, w) = exact_hist(&mut self.scratch, adj, frame, t, lo, n, u);
+                    return Some(Sample::new(id, (w / total).ln() as f32));
+                }
+                // The target moves by at most `err` with the total, the sums by `err`;
+                // the `f64` sums and the product round by at most `draw::margin` (at
+                // most every token of the row, and the bucket masses, summed), and the
+                // bound on the fast masses is to the exact exponential, within 2^-52
+                // of each weight.
+                let terms = adj.len() + BUCKETS;
+                let margin = 2.0 * err + draw::margin(terms, total) + 4.0 * f64::EPSILON * total;
                 let walk = Walk {
                     frame,
                     t,
                     lo,
                     n,
                     target: u * total,
-                    margin,
+                    margin: Some(margin),
                 };
                 let (id, w) = draw_hist(&mut self.scratch, adj, walk)?;
                 Sample::new(id, (w / total).ln() as f32)
@@ -2118,6 +2127,38 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         Some(&(_, id)) => (id, s.weight2[i]),
         None => (0, 0.0),
     })
+}
+
+/// The exact draw over `Survivors::Hist`: every token of the buckets before `lo`, sorted
+/// into draw order, then `cand[..n]`, with the weights `exp((l - max) / t)` every path
+/// computes, decided by [`draw::exact`]'s exact sums. Returns the token and its weight.
+fn exact_hist<U: Logit>(
+    s: &mut Scratch,
+    adj: &[U],
+    f: Frame,
+    t: f32,
+    lo: usize,
+    n: usize,
+    u: f64,
+) -> (TokenId, f64) {
+    s.cand2.clear();
+    if lo > 0 {
+        crate::simd::collect(adj, &s.overlay, f, 0, lo - 1, usize::MAX, &mut s.cand2);
+    }
+    fill_weights(&s.cand2, f.max, t, &mut s.weight2);
+    let (head, tail) = (&s.weight2[..], &s.weight[..n]);
+    let i = crate::kernels::exact_sum::exact_index(head.iter().chain(tail).copied(), u)
+        .unwrap_or_else(|| match tail.iter().rposition(|&w| w > 0.0) {
+            Some(j) => head.len() + j,
+            None => head.iter().rposition(|&w| w > 0.0).unwrap_or(0),
+        });
+    match i.checked_sub(head.len()) {
+        None => (s.cand2[i].1, head[i]),
+        Some(j) => match (s.cand.get(j), tail.get(j)) {
+            (Some(&(_, id)), Some(&w)) => (id, w),
+            _ => (0, 0.0),
+        },
+    }
 }
 
 #[cfg(test)]
