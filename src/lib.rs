@@ -211,6 +211,13 @@
 //! build profile, thread count and batch composition. A change of any sampled token for
 //! fixed inputs is a breaking change, and golden tests pin them.
 //!
+//! The draw is exact: the token is the first survivor in draw order whose exact running
+//! sum of the `f64` weights exceeds `u` times their exact total. For every `u` in
+//! `[0, 1)` the [`Sampler`], every [`Chain`] and [`reference`](mod@reference) return the
+//! same token; the draw does not depend on summation order. The fast paths decide from
+//! `f64` sums only where a rigorous bound on their rounding proves the exact decision,
+//! and otherwise redo it with exact (fixed-point) sums.
+//!
 //! # The executable specification
 //!
 //! [`reference`](mod@reference) implements the whole pipeline plainly (sort everything,

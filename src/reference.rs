@@ -1,9 +1,9 @@
 //! The executable specification: a plain, sort-based implementation of the whole pipeline.
 //!
 //! Every function here does the obvious thing: it sorts the whole vocabulary, works in
-//! `f64`, allocates freely and is slow. The fast [`Sampler`](crate::Sampler) is tested
-//! against it: same surviving set, same probabilities (to 1e-6), same token for the same
-//! uniform. Where the two could ever disagree, this module is right.
+//! `f64` (the draw sums its weights exactly), allocates freely and is slow. The fast
+//! [`Sampler`](crate::Sampler) is tested against it: same surviving set, same
+//! probabilities (to 1e-6), the same token for every uniform. Where the two could ever disagree, this module is right.
 //!
 //! The stages, in order:
 //! 1. [`adjust`]: logit bias, then penalties, then the mask, on the `f32` row.
