@@ -49,6 +49,37 @@ pub(crate) fn exact(weights: &[f64], u: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The fast walk never decides against the exact sums, for weights of any
+        /// magnitude (zeros, subnormals, ties) and uniforms next to each boundary, with
+        /// the total summed in order or in reverse.
+        #[test]
+        fn fast_walk_is_exact(
+            exps in prop::collection::vec(prop_oneof![
+                (-60i32..1).prop_map(|e| f64::from(e).exp()),
+                Just(0.0),
+                Just(f64::from_bits(3)),
+                (0.0f64..1.0),
+            ], 1..80),
+            k in -3i64..=3,
+            pick in any::<prop::sample::Index>(),
+            reverse in any::<bool>(),
+        ) {
+            let ws = exps;
+            let total: f64 = if reverse { ws.iter().rev().sum() } else { ws.iter().sum() };
+            prop_assume!(total > 0.0);
+            let b = pick.index(ws.len());
+            let cum: f64 = ws[..=b].iter().sum();
+            let u0 = (cum / total).min(1.0 - f64::EPSILON / 2.0);
+            let u = f64::from_bits((u0.to_bits() as i64 + k).max(0) as u64)
+                .min(1.0 - f64::EPSILON / 2.0);
+            let i = inverse_cdf(&ws, total, u);
+            prop_assert_eq!(i, exact(&ws, u));
+            prop_assert!(ws[i] > 0.0);
+        }
+    }
 
     #[test]
     fn fast_and_exact_agree_next_to_every_boundary() {
