@@ -137,7 +137,7 @@ fn bench_apply(c: &mut Criterion, name: &str, mask: &TokenMask) {
 
 /// A processor that changes nothing: a user processor always takes the dense path, so
 /// it shows what a mask costs when the row is copied.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Dense;
 
 impl LogitsProcessor for Dense {

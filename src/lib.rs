@@ -311,10 +311,10 @@ use stages::{
 
 pub use allowed_tokens::AllowedTokens;
 pub use bad_words::BadWords;
-pub use batch::BatchSampler;
+pub use batch::{BatchSampler, GrammarRow, RowInput};
 pub use bias::LogitBias;
 pub use candidates::Candidates;
-pub use chain::{Chain, ChainBuilder, Stage, StageContext};
+pub use chain::{Chain, ChainBuilder, Stage, StageClone, StageContext};
 pub use classifier_free_guidance::ClassifierFreeGuidance;
 pub use decimal::as_decimal;
 pub use dry::Dry;
@@ -342,7 +342,7 @@ pub use no_repeat_ngram::NoRepeatNGram;
 pub use normalized_repetition_penalty::NormalizedRepetitionPenalty;
 pub use params::{SamplingParams, SamplingParamsBuilder, MAX_LOGPROBS};
 pub use penalty::Penalties;
-pub use processor::LogitsProcessor;
+pub use processor::{LogitsProcessor, ProcessorClone};
 pub use rng::{u64_to_unit, DrawRng};
 pub use sample::{Alternative, Sample};
 pub use sampler::Sampler;

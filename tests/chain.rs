@@ -103,7 +103,7 @@ fn every_plan_agrees_with_the_reference_on_large_rows() {
     use logits::{History, LogitsProcessor, TypicalP};
 
     /// Changes nothing; only makes the chain copy the row.
-    #[derive(Debug)]
+    #[derive(Clone, Debug)]
     struct Untouched;
     impl LogitsProcessor for Untouched {
         fn process(&mut self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {
@@ -196,7 +196,7 @@ fn a_panicking_stage_leaves_the_engine_usable() {
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
     /// Panics on its first call only.
-    #[derive(Debug, Default)]
+    #[derive(Clone, Debug, Default)]
     struct Once(bool);
     impl Stage for Once {
         fn name(&self) -> &'static str {
@@ -209,7 +209,7 @@ fn a_panicking_stage_leaves_the_engine_usable() {
             Ok(())
         }
     }
-    #[derive(Debug, Default)]
+    #[derive(Clone, Debug, Default)]
     struct OnceRow(bool);
     impl LogitsProcessor for OnceRow {
         fn process(&mut self, _: &mut [f32], _: &History<'_>) -> Result<(), Error> {

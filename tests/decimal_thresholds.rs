@@ -13,7 +13,7 @@ use logits::{
 };
 
 /// Hides a stage from the planner, so that the chain runs its `apply` on a dense copy.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Opaque(Box<dyn Stage>);
 
 impl Stage for Opaque {

@@ -24,7 +24,7 @@ use mix::{shaped_row, Mix};
 const PROB_TOL: f64 = 1e-12;
 
 /// A stage the engine does not know: it runs `inner` through `apply`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Opaque(Box<dyn Stage>);
 
 impl Stage for Opaque {

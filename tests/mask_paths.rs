@@ -42,7 +42,7 @@ fn sparse_max(p: &SamplingParams) -> usize {
 }
 
 /// A processor that changes nothing: it only routes the sampler through the dense path.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Dense;
 
 impl LogitsProcessor for Dense {

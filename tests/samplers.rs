@@ -876,7 +876,7 @@ fn out_of_vocabulary_ids_are_typed_errors() {
 // A custom processor at a named stage.
 
 /// A user's processor: halves the logit of every token seen in the last 4 tokens.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Dampen;
 
 impl Dampen {

@@ -11,7 +11,7 @@ use logits::{
 type F = fn(&mut Candidates) -> Result<(), Error>;
 
 /// A stage that does `f` to the candidates.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Misuse(F);
 
 impl Stage for Misuse {

@@ -23,7 +23,7 @@ use logits::{
 use logits_fuzz::{assert_documented_sample_error, param, Dtype, Row};
 
 /// Hides a stage from the planner.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Opaque(Box<dyn Stage>);
 
 impl Stage for Opaque {

@@ -11,6 +11,7 @@ use crate::params::{SamplingParams, MAX_LOGPROBS};
 use crate::processor::{LogitsProcessor, ProcessorStage};
 use crate::rng::DrawRng;
 use crate::sample::Sample;
+use crate::sequence_sampler::BanMask;
 use crate::TokenId;
 
 /// What a [`Stage`] may read besides the candidates.
@@ -39,7 +40,11 @@ impl StageContext<'_> {
 ///
 /// Stages take `&mut self` so that stateful samplers (mirostat's running `mu`) can live
 /// here; [`Stage::observe`] tells them which token was drawn.
-pub trait Stage: Send + std::fmt::Debug {
+///
+/// A stage is `Clone` (through [`StageClone`], which every `Stage + Clone` type gets), so
+/// that a [`Chain`] can be cloned and [forked](Chain::fork) for `n` samples of one
+/// prompt: each copy then owns its state (mirostat's `mu`) and scratch.
+pub trait Stage: StageClone + Send + std::fmt::Debug {
     /// A short name for messages and `Debug` output.
     fn name(&self) -> &'static str;
 
@@ -86,6 +91,26 @@ pub trait Stage: Send + std::fmt::Debug {
     #[doc(hidden)]
     fn lowering(&self) -> lower::Lowering {
         lower::Lowering::Opaque
+    }
+}
+
+/// Clones a boxed [`Stage`]: the supertrait that makes `Box<dyn Stage>` (and so
+/// [`Chain`]) `Clone`. Implemented for every `Stage + Clone` type; derive `Clone` on a
+/// stage rather than implement this.
+pub trait StageClone {
+    /// A boxed copy of the stage, with its own state and scratch.
+    fn clone_box(&self) -> Box<dyn Stage>;
+}
+
+impl<T: Stage + Clone + 'static> StageClone for T {
+    fn clone_box(&self) -> Box<dyn Stage> {
+        Box::new(self.clone())
+    }
+}
+
+impl Clone for Box<dyn Stage> {
+    fn clone(&self) -> Self {
+        self.clone_box()
     }
 }
 
@@ -187,9 +212,17 @@ pub(crate) mod lower {
 /// assert!(out.token < 3);
 /// # Ok::<(), logits::Error>(())
 /// ```
-#[derive(Debug)]
+///
+/// # Serving
+/// A `Chain` is `Clone`: a clone owns its history, its stages' state (mirostat's `mu`)
+/// and its buffers. [`fork`](Self::fork) clones with a derived seed, for `n` samples of
+/// one prompt; [`reset`](Self::reset) and [`set_seed`](Self::set_seed) start a new
+/// request on a warm chain; [`sample_banned`](Self::sample_banned) bans a few tokens for
+/// one step without building a [`TokenMask`].
+#[derive(Clone, Debug)]
 pub struct Chain {
     pub(crate) engine: Engine,
+    bans: BanMask,
 }
 
 /// Builds a [`Chain`]; see [`Chain::builder`].
@@ -280,9 +313,86 @@ impl Chain {
         self.engine.reserve(additional)
     }
 
-    /// Forgets the history and resets every stateful stage.
+    /// Forgets the history and resets every stateful stage ([`Stage::reset`]); the
+    /// buffers stay. With [`set_seed`](Self::set_seed), how a warm chain starts a new
+    /// request: the result is that of the same chain freshly built with that seed,
+    /// token for token, as long as every stateful stage's `reset` restores its initial
+    /// state (the built-in ones do).
     pub fn reset(&mut self) {
         self.engine.reset();
+    }
+
+    /// The seed of the draws (and of the stages' [`StageContext::uniform`]).
+    pub fn seed(&self) -> u64 {
+        self.engine.params().seed()
+    }
+
+    /// Draws with `seed` from the next step on, as a chain built with
+    /// [`ChainBuilder::seed`]`(seed)` would at the same step; the history and the
+    /// stages' state stay.
+    ///
+    /// # Example
+    /// ```
+    /// use logits::{Chain, MirostatV2};
+    ///
+    /// let row = [1.0f32, 0.9, 0.8, 0.7];
+    /// let mut chain = Chain::builder(4).stage(MirostatV2::new(3.0, 0.1)?).draw().build()?;
+    /// chain.sample(&row)?;
+    /// // A new request on the warm chain ...
+    /// chain.reset();
+    /// chain.set_seed(5);
+    /// // ... draws as a fresh chain with seed 5.
+    /// let mut fresh =
+    ///     Chain::builder(4).stage(MirostatV2::new(3.0, 0.1)?).draw().seed(5).build()?;
+    /// for _ in 0..8 {
+    ///     assert_eq!(chain.sample(&row)?.token, fresh.sample(&row)?.token);
+    /// }
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    pub fn set_seed(&mut self, seed: u64) {
+        self.engine.set_seed(seed);
+    }
+
+    /// Sample `i` of `n` samples of one prompt: a clone (history, stages and their
+    /// state, buffers) whose draws use the seed
+    /// [`DrawRng::fork_seed`](crate::DrawRng::fork_seed)`(seed, i)`. Fork 0 keeps the
+    /// seed, so sample 0 draws exactly what this chain would, whatever `n`; each fork's
+    /// stages keep their own state from then on. As [`Sampler::fork`](crate::Sampler::fork).
+    ///
+    /// # Example
+    /// ```
+    /// use logits::{Chain, TopK};
+    ///
+    /// let base = Chain::builder(3).stage(TopK::new(2)?).draw().seed(9).build()?;
+    /// let mut samples: Vec<Chain> = (0..3).map(|i| base.fork(i)).collect();
+    /// assert_eq!(samples[0].seed(), 9);
+    /// assert_eq!(samples[2].seed(), logits::DrawRng::fork_seed(9, 2));
+    /// assert!(samples[1].sample(&[1.0f32, 0.5, 0.0])?.token < 2);
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    #[must_use]
+    pub fn fork(&self, i: u64) -> Self {
+        let mut c = self.clone();
+        c.set_seed(crate::rng::DrawRng::fork_seed(self.seed(), i));
+        c
+    }
+
+    /// Like [`sample_masked`](Self::sample_masked) (the mask is optional), with the
+    /// tokens `banned` disallowed for this step only: the same result as a mask that
+    /// also disallows them, as [`Sampler::sample_banned`](crate::Sampler::sample_banned).
+    ///
+    /// # Errors
+    /// As [`Sampler::sample_banned`](crate::Sampler::sample_banned), plus whatever a
+    /// stage returns.
+    pub fn sample_banned<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+        banned: &[TokenId],
+    ) -> Result<Sample, Error> {
+        let n = self.engine.vocab_size();
+        let mask = self.bans.combine(n, mask, banned)?;
+        self.engine.sample(logits, mask, None)
     }
 
     /// Samples the next token and appends it to the history.
@@ -556,6 +666,7 @@ impl ChainBuilder {
         let plan = plan(self.stages, end, self.seed, self.logprobs);
         Ok(Chain {
             engine: Engine::new(plan, self.vocab_size)?,
+            bans: BanMask::default(),
         })
     }
 }

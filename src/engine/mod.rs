@@ -138,7 +138,7 @@ pub(crate) enum End {
 ///
 /// A [`Sampler`](crate::Sampler) has no stage objects for its lowered parts: its
 /// `params` are the plan, and its processors are the `stages[lead..pre]`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Plan {
     /// The lowered stages, and the seed and logprobs of the draw.
     pub(crate) params: SamplingParams,
@@ -184,6 +184,47 @@ pub(crate) struct Engine {
     cands: Candidates,
     /// The candidates' weights, for the end of a chain on the compact set.
     weights: Vec<f64>,
+}
+
+/// A copy with buffers of its own, sized as [`Engine::new`] sizes them, so that a clone
+/// allocates nothing per step either (should the allocator refuse, the copies of the
+/// original's buffers serve, growing on first use).
+impl Clone for Engine {
+    fn clone(&self) -> Self {
+        let n = self.vocab_size;
+        let scratch = match Scratch::new(n, SPARSE_MAX.min(n)) {
+            Ok(mut s) => {
+                let _ = crate::scratch::reserve_total(
+                    &mut s.overlay.patch,
+                    self.scratch.overlay.patch.capacity(),
+                );
+                s
+            }
+            Err(_) => self.scratch.clone(),
+        };
+        let mut e = Engine {
+            params: self.params.clone(),
+            vocab_size: n,
+            stages: self.stages.clone(),
+            lead: self.lead,
+            pre: self.pre,
+            group: self.group,
+            end: self.end,
+            draw_temperature: self.draw_temperature,
+            floor_first: self.floor_first,
+            floor_ln: self.floor_ln,
+            top_p: self.top_p,
+            ln_min_p: self.ln_min_p,
+            seq: self.seq.clone(),
+            rng: self.rng.clone(),
+            scratch,
+            dense: Candidates::new(),
+            cands: Candidates::new(),
+            weights: Vec::new(),
+        };
+        let _ = e.size_buffers();
+        e
+    }
 }
 
 impl Engine {
@@ -307,6 +348,55 @@ impl Engine {
         self.group += 1;
         // Refused room is asked for again, as a typed error, by the next step (`run_dense`).
         let _ = self.size_buffers();
+    }
+
+    /// Replaces the lowered parameters of a [`Sampler`](crate::Sampler) (a new request on
+    /// a warm engine): checks them as [`Engine::new`] does, then forgets the history and
+    /// resets every stage. The buffers stay; only a longer bias list or penalty window
+    /// than any before grows the patch list. On error nothing changes.
+    ///
+    /// # Errors
+    /// [`Error::TokenOutOfRange`] for a logit-bias id `>= vocab_size`;
+    /// [`Error::OutOfMemory`] when the patch list cannot grow.
+    pub(crate) fn set_params(&mut self, params: SamplingParams, end: End) -> Result<(), Error> {
+        let vocab_size = self.vocab_size;
+        if let Some(&(id, _)) = params
+            .logit_bias()
+            .iter()
+            .find(|(id, _)| *id as usize >= vocab_size)
+        {
+            return Err(Error::TokenOutOfRange { id, vocab_size });
+        }
+        let window = if params.has_penalties() {
+            params.penalty_window().unwrap_or(0)
+        } else {
+            0
+        };
+        let patches = params
+            .logit_bias()
+            .len()
+            .saturating_add(window)
+            .min(vocab_size);
+        crate::scratch::reserve_total(&mut self.scratch.overlay.patch, patches).map_err(|_| {
+            Error::OutOfMemory {
+                name: "vocab_size",
+                value: vocab_size,
+            }
+        })?;
+        self.top_p = crate::as_decimal(params.top_p());
+        self.ln_min_p = (params.min_p() > 0.0).then(|| crate::as_decimal(params.min_p()).ln());
+        self.rng = DrawRng::new(params.seed());
+        self.params = params;
+        self.end = end;
+        self.reset();
+        Ok(())
+    }
+
+    /// Draws from now on with `seed` (the stages' [`StageContext::seed`] too); the
+    /// history and the stages' state stay.
+    pub(crate) fn set_seed(&mut self, seed: u64) {
+        self.params.seed = seed;
+        self.rng = DrawRng::new(seed);
     }
 
     /// Forgets the history and resets every stateful stage.

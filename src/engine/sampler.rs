@@ -8,7 +8,9 @@ use crate::logprobs::LogprobKind;
 use crate::mask::TokenMask;
 use crate::params::SamplingParams;
 use crate::processor::{LogitsProcessor, ProcessorStage};
+use crate::rng::DrawRng;
 use crate::sample::Sample;
+use crate::sequence_sampler::BanMask;
 use crate::TokenId;
 
 /// Samples the tokens of one sequence.
@@ -35,9 +37,17 @@ use crate::TokenId;
 /// assert_eq!(sampler.history().generated(), &[out.token]);
 /// # Ok::<(), logits::Error>(())
 /// ```
-#[derive(Debug)]
+///
+/// # Serving
+/// A `Sampler` is `Clone`: a clone owns its history, its processors' state and its
+/// buffers (nothing is shared). [`fork`](Self::fork) clones with a derived seed, for `n`
+/// samples of one prompt; [`set_params`](Self::set_params) starts a new request on a
+/// warm sampler; [`sample_banned`](Self::sample_banned) bans a few tokens for one step
+/// without building a [`TokenMask`].
+#[derive(Clone, Debug)]
 pub struct Sampler {
     pub(crate) engine: Engine,
+    bans: BanMask,
 }
 
 impl Sampler {
@@ -69,7 +79,76 @@ impl Sampler {
         };
         Ok(Sampler {
             engine: Engine::new(plan, vocab_size)?,
+            bans: BanMask::default(),
         })
+    }
+
+    /// Sample `i` of `n` samples of one prompt: a clone (history, processors, buffers)
+    /// whose draws use the seed [`DrawRng::fork_seed`]`(seed, i)`. Fork 0 keeps the
+    /// seed, so sample 0 draws exactly what this sampler would, whatever `n`; forks
+    /// `1..n` draw independently of it and of each other, and each is reproducible from
+    /// `(seed, i)` alone. Fork after the prompt is pushed to share it; the forks' later
+    /// histories are their own.
+    ///
+    /// # Example
+    /// ```
+    /// use logits::{Sampler, SamplingParams};
+    ///
+    /// let mut base = Sampler::new(SamplingParams::builder().seed(3).build()?, 4)?;
+    /// base.push_prompt(&[1, 2])?;
+    /// let row = [0.5f32, 0.4, 0.3, 0.2];
+    /// // Four samples (best-of, parallel sampling): sample 0 is the un-forked draw.
+    /// let mut forks: Vec<Sampler> = (0..4).map(|i| base.fork(i)).collect();
+    /// let first = forks[0].sample(&row)?.token;
+    /// assert_eq!(first, base.sample(&row)?.token);
+    /// assert_eq!(forks[1].params().seed(), logits::DrawRng::fork_seed(3, 1));
+    /// assert_eq!(forks[1].history().prompt(), &[1, 2]);
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    #[must_use]
+    pub fn fork(&self, i: u64) -> Self {
+        let mut s = self.clone();
+        s.engine
+            .set_seed(DrawRng::fork_seed(self.params().seed(), i));
+        s
+    }
+
+    /// Starts a new request on this sampler: `params` replace the parameters, the
+    /// history is cleared (prompt and generated tokens), and the processors are kept
+    /// and [`reset`](crate::Stage::reset). The result is that of
+    /// [`Sampler::new`]`(params, vocab_size)` with the same processors added, token for
+    /// token; the buffers stay, so nothing is allocated for the same vocabulary (only a
+    /// longer logit-bias list or penalty window than before grows the patch list).
+    ///
+    /// # Example
+    /// ```
+    /// use logits::{Sampler, SamplingParams};
+    ///
+    /// let mut sampler = Sampler::new(SamplingParams::greedy(), 3)?;
+    /// sampler.push_prompt(&[0])?;
+    /// sampler.sample(&[0.0f32, 1.0, 0.0])?;
+    /// // The next request, on the warm sampler.
+    /// sampler.set_params(SamplingParams::builder().seed(11).top_k(2).build()?)?;
+    /// assert!(sampler.history().tokens().is_empty());
+    /// assert_eq!(sampler.params().seed(), 11);
+    /// // A bias on a token outside the vocabulary is refused, and nothing changes.
+    /// let bad = SamplingParams::builder().logit_bias(3, 1.0).build()?;
+    /// assert!(sampler.set_params(bad).is_err());
+    /// assert_eq!(sampler.params().seed(), 11);
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Sampler::new`] for the parameters: [`Error::TokenOutOfRange`] for a
+    /// logit-bias id `>= vocab_size`, [`Error::OutOfMemory`] when the patch list cannot
+    /// grow. On error the sampler is unchanged (parameters, history, state).
+    pub fn set_params(&mut self, params: SamplingParams) -> Result<(), Error> {
+        let end = if params.is_greedy() {
+            End::Greedy
+        } else {
+            End::Draw
+        };
+        self.engine.set_params(params, end)
     }
 
     /// The parameters.
@@ -193,6 +272,45 @@ impl Sampler {
         mask: &TokenMask,
     ) -> Result<Sample, Error> {
         self.engine.sample(logits, Some(mask), None)
+    }
+
+    /// Like [`sample_masked`](Self::sample_masked) (the mask is optional), with the
+    /// tokens `banned` disallowed for this step only: the same result, bit for bit, as
+    /// [`sample_masked`](Self::sample_masked) with a [`TokenMask`] that also disallows
+    /// them, without the caller building one. For the per-step bans of a request, such
+    /// as [`StopChecker::banned_tokens`](crate::stop::StopChecker::banned_tokens) (the
+    /// end-of-sequence tokens before `min_tokens`). The sampler keeps one mask of its
+    /// own for this, sized on first use: a warm step copies the caller's mask (or fills
+    /// its own) and clears a bit per banned id, and allocates nothing. With nothing
+    /// banned it is [`sample_masked`](Self::sample_masked) or [`sample`](Self::sample).
+    ///
+    /// # Example
+    /// ```
+    /// use logits::stop::{StopChecker, StopConditions};
+    /// use logits::{Sampler, SamplingParams};
+    ///
+    /// let stop = StopConditions::builder().stop_tokens([0]).min_tokens(2).build()?;
+    /// let mut checker = StopChecker::new(&stop);
+    /// let mut sampler = Sampler::new(SamplingParams::greedy(), 3)?;
+    /// let row = [9.0f32, 1.0, 2.0]; // The end-of-sequence token leads.
+    /// let out = sampler.sample_banned(&row, None, checker.banned_tokens())?;
+    /// assert_eq!(out.token, 2); // Banned before min_tokens.
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::TokenOutOfRange`] for a banned id `>= vocab_size`, checked first; then
+    /// as [`sample_masked`](Self::sample_masked) ([`Error::NoCandidates`] when the bans
+    /// leave nothing). On error the history is unchanged.
+    pub fn sample_banned<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+        banned: &[TokenId],
+    ) -> Result<Sample, Error> {
+        let n = self.engine.vocab_size();
+        let mask = self.bans.combine(n, mask, banned)?;
+        self.engine.sample(logits, mask, None)
     }
 
     /// Like [`sample_masked`](Self::sample_masked) (the mask is optional), but draws with

@@ -10,6 +10,64 @@ use crate::mask::TokenMask;
 use crate::sample::Sample;
 use crate::sampler::Sampler;
 use crate::speculative::{Speculation, Verified, Verifier};
+use crate::TokenId;
+
+/// The reusable mask behind `sample_banned`: the caller's mask (or one that allows every
+/// token) with the step's banned ids disallowed. Sized on first use and whenever the
+/// mask's width changes; otherwise a step only copies the mask's words (or fills them)
+/// and clears one bit per banned id.
+#[derive(Clone, Debug)]
+pub(crate) struct BanMask {
+    mask: TokenMask,
+}
+
+impl Default for BanMask {
+    fn default() -> Self {
+        BanMask {
+            mask: TokenMask::new_empty(0),
+        }
+    }
+}
+
+impl BanMask {
+    /// `mask` with `banned` disallowed, or `mask` itself when nothing is banned.
+    ///
+    /// # Errors
+    /// [`Error::TokenOutOfRange`] for a banned id `>= vocab_size` (checked before
+    /// anything else); [`Error::LengthMismatch`] for a mask narrower than the
+    /// vocabulary; [`Error::OutOfMemory`] when the mask cannot be sized.
+    pub(crate) fn combine<'a>(
+        &'a mut self,
+        vocab_size: usize,
+        mask: Option<&'a TokenMask>,
+        banned: &[TokenId],
+    ) -> Result<Option<&'a TokenMask>, Error> {
+        if let Some(&id) = banned.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(Error::TokenOutOfRange { id, vocab_size });
+        }
+        if banned.is_empty() {
+            return Ok(mask);
+        }
+        let width = mask.map_or(vocab_size, TokenMask::len);
+        if width < vocab_size {
+            return Err(Error::LengthMismatch {
+                expected: vocab_size,
+                actual: width,
+            });
+        }
+        if self.mask.len() != width {
+            self.mask = TokenMask::try_new_full(width)?;
+        }
+        match mask {
+            Some(m) => self.mask.words_mut().copy_from_slice(m.words()),
+            None => self.mask.fill(true),
+        }
+        for &id in banned {
+            self.mask.disallow(id)?;
+        }
+        Ok(Some(&self.mask))
+    }
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -48,6 +106,18 @@ pub trait SequenceSampler: sealed::Sealed + Send + std::fmt::Debug {
         mask: Option<&TokenMask>,
     ) -> Result<Sample, Error>;
 
+    /// Like [`sample_next`](Self::sample_next), with the tokens `banned` disallowed for
+    /// this step: [`Sampler::sample_banned`] / [`Chain::sample_banned`].
+    ///
+    /// # Errors
+    /// As [`Sampler::sample_banned`].
+    fn sample_next_banned<T: Logit>(
+        &mut self,
+        logits: &[T],
+        mask: Option<&TokenMask>,
+        banned: &[TokenId],
+    ) -> Result<Sample, Error>;
+
     /// Removes the last `n` generated tokens (at most all of them).
     fn rollback(&mut self, n: usize);
 
@@ -81,6 +151,15 @@ macro_rules! forward {
                     Some(mask) => self.sample_masked(logits, mask),
                     None => self.sample(logits),
                 }
+            }
+
+            fn sample_next_banned<T: Logit>(
+                &mut self,
+                logits: &[T],
+                mask: Option<&TokenMask>,
+                banned: &[TokenId],
+            ) -> Result<Sample, Error> {
+                self.sample_banned(logits, mask, banned)
             }
 
             fn rollback(&mut self, n: usize) {

@@ -2,10 +2,29 @@
 
 use crate::element::Logit;
 use crate::error::Error;
+use crate::grammar::{GrammarMask, Status};
+use crate::mask::TokenMask;
 use crate::sample::Sample;
 use crate::sampler::Sampler;
 use crate::sequence_sampler::SequenceSampler;
 use crate::speculative::{Speculation, Verified, Verifier};
+use crate::TokenId;
+
+/// One row's inputs for [`BatchSampler::sample_rows`]: its mask and its bans for this
+/// step. The default is neither.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowInput<'a> {
+    /// The row's mask (a grammar's, or any [`TokenMask`]), as
+    /// [`Sampler::sample_masked`] takes it.
+    pub mask: Option<&'a TokenMask>,
+    /// Tokens banned for this step, as [`Sampler::sample_banned`] takes them (the row's
+    /// [`StopChecker::banned_tokens`](crate::stop::StopChecker::banned_tokens), say).
+    pub banned: &'a [TokenId],
+}
+
+/// A row's result from [`BatchSampler::sample_grammars`]: the sample and, for a row
+/// with a grammar, the grammar's status after the token.
+pub type GrammarRow = Result<(Sample, Option<Status>), Error>;
 
 /// Samples one token for each of `B` sequences from a `[B, row_len]` block of logits.
 ///
@@ -36,6 +55,7 @@ pub struct BatchSampler<S: SequenceSampler = Sampler> {
     results: Vec<Result<Sample, Error>>,
     verifiers: Vec<Verifier>,
     verified: Vec<Result<Verified, Error>>,
+    grammar_results: Vec<GrammarRow>,
 }
 
 impl<S: SequenceSampler> BatchSampler<S> {
@@ -47,6 +67,7 @@ impl<S: SequenceSampler> BatchSampler<S> {
             results,
             verifiers: Vec::new(),
             verified: Vec::new(),
+            grammar_results: Vec::new(),
         }
     }
 
@@ -77,13 +98,7 @@ impl<S: SequenceSampler> BatchSampler<S> {
         logits: &[T],
         row_len: usize,
     ) -> Result<&[Result<Sample, Error>], Error> {
-        let expected = self.samplers.len().saturating_mul(row_len);
-        if logits.len() != expected || (row_len == 0 && !self.samplers.is_empty()) {
-            return Err(Error::LengthMismatch {
-                expected,
-                actual: logits.len(),
-            });
-        }
+        self.check_block(logits.len(), row_len, None)?;
         self.results.clear();
         if self.samplers.is_empty() {
             return Ok(&self.results);
@@ -92,6 +107,111 @@ impl<S: SequenceSampler> BatchSampler<S> {
             .resize(self.samplers.len(), Err(Error::EmptyVocabulary));
         sample_rows(&mut self.samplers, logits, row_len, &mut self.results);
         Ok(&self.results)
+    }
+
+    /// Like [`sample`](Self::sample), with each row's own [`RowInput`]: row `i` is
+    /// sampled as its sampler's [`sample_banned`](Sampler::sample_banned)`(row,
+    /// inputs[i].mask, inputs[i].banned)` would sample it alone, whatever the other
+    /// rows, their order and (with the `rayon` feature) the threads.
+    ///
+    /// # Example
+    /// ```
+    /// use logits::{BatchSampler, RowInput, Sampler, SamplingParams, TokenMask};
+    ///
+    /// let rows = (0..2).map(|_| Sampler::new(SamplingParams::greedy(), 3)).collect::<Result<_, _>>()?;
+    /// let mut batch = BatchSampler::new(rows);
+    /// let mut only_0 = TokenMask::new_empty(3);
+    /// only_0.allow(0)?;
+    /// let inputs = [
+    ///     RowInput { mask: Some(&only_0), ..RowInput::default() },
+    ///     RowInput { banned: &[1], ..RowInput::default() },
+    /// ];
+    /// let logits = [0.0f32, 2.0, 1.0, /* row 2 */ 0.0, 2.0, 1.0];
+    /// let out = batch.sample_rows(&logits, 3, &inputs)?;
+    /// assert_eq!(out[0].as_ref().unwrap().token, 0);
+    /// assert_eq!(out[1].as_ref().unwrap().token, 2);
+    /// # Ok::<(), logits::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`sample`](Self::sample), and [`Error::LengthMismatch`] when `inputs` does
+    /// not hold one entry per row. A row's own error (a banned id out of its
+    /// vocabulary, a mask of the wrong width) is that row's result.
+    pub fn sample_rows<T: Logit>(
+        &mut self,
+        logits: &[T],
+        row_len: usize,
+        inputs: &[RowInput<'_>],
+    ) -> Result<&[Result<Sample, Error>], Error> {
+        self.check_block(logits.len(), row_len, Some(inputs.len()))?;
+        self.results.clear();
+        if self.samplers.is_empty() {
+            return Ok(&self.results);
+        }
+        self.results
+            .resize(self.samplers.len(), Err(Error::EmptyVocabulary));
+        sample_rows_with(
+            &mut self.samplers,
+            logits,
+            row_len,
+            inputs,
+            &mut self.results,
+        );
+        Ok(&self.results)
+    }
+
+    /// Like [`sample`](Self::sample), each row under its own grammar: row `i` with
+    /// `Some(grammar)` is sampled as [`GrammarMask::sample`] would sample it alone (the
+    /// grammar's mask, then the token committed to the grammar), a row with `None`
+    /// without a mask. Row `i`'s result holds the sample and its grammar's status
+    /// (`None` for a row without one); the result is the same whatever the other rows,
+    /// their order and (with the `rayon` feature) the threads, since each row's
+    /// sampler and grammar are its own.
+    ///
+    /// # Errors
+    /// As [`sample`](Self::sample), and [`Error::LengthMismatch`] when `grammars` does
+    /// not hold one entry per row. A row's grammar or sampling error is that row's
+    /// result, as [`GrammarMask::sample`] reports it (nothing moves in that row).
+    pub fn sample_grammars<T: Logit>(
+        &mut self,
+        logits: &[T],
+        row_len: usize,
+        grammars: &mut [Option<&mut GrammarMask>],
+    ) -> Result<&[GrammarRow], Error> {
+        self.check_block(logits.len(), row_len, Some(grammars.len()))?;
+        self.grammar_results.clear();
+        if self.samplers.is_empty() {
+            return Ok(&self.grammar_results);
+        }
+        self.grammar_results
+            .resize(self.samplers.len(), Err(Error::EmptyVocabulary));
+        sample_rows_grammar(
+            &mut self.samplers,
+            logits,
+            row_len,
+            grammars,
+            &mut self.grammar_results,
+        );
+        Ok(&self.grammar_results)
+    }
+
+    /// Checks a block of `len` logits of rows of `row_len` (and `inputs` per-row
+    /// entries) against the batch.
+    fn check_block(&self, len: usize, row_len: usize, inputs: Option<usize>) -> Result<(), Error> {
+        let expected = self.samplers.len().saturating_mul(row_len);
+        if len != expected || (row_len == 0 && !self.samplers.is_empty()) {
+            return Err(Error::LengthMismatch {
+                expected,
+                actual: len,
+            });
+        }
+        match inputs {
+            Some(n) if n != self.samplers.len() => Err(Error::LengthMismatch {
+                expected: self.samplers.len(),
+                actual: n,
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -221,4 +341,95 @@ fn sample_rows<S: SequenceSampler, T: Logit>(
         .zip(logits.par_chunks_exact(row_len))
         .zip(results.par_iter_mut())
         .for_each(|((s, row), r)| *r = s.sample_next(row, None));
+}
+
+/// Row `i` through its sampler's `sample_next_banned` with `inputs[i]`.
+fn sample_one<S: SequenceSampler, T: Logit>(
+    s: &mut S,
+    row: &[T],
+    input: &RowInput<'_>,
+) -> Result<Sample, Error> {
+    s.sample_next_banned(row, input.mask, input.banned)
+}
+
+/// Row `i` under its grammar, if it has one.
+fn sample_one_grammar<S: SequenceSampler, T: Logit>(
+    s: &mut S,
+    row: &[T],
+    grammar: &mut Option<&mut GrammarMask>,
+) -> GrammarRow {
+    match grammar {
+        Some(g) => g.sample(s, row).map(|(out, status)| (out, Some(status))),
+        None => s.sample_next(row, None).map(|out| (out, None)),
+    }
+}
+
+#[cfg(not(feature = "rayon"))]
+fn sample_rows_with<S: SequenceSampler, T: Logit>(
+    samplers: &mut [S],
+    logits: &[T],
+    row_len: usize,
+    inputs: &[RowInput<'_>],
+    results: &mut [Result<Sample, Error>],
+) {
+    for (((s, row), input), r) in samplers
+        .iter_mut()
+        .zip(logits.chunks_exact(row_len))
+        .zip(inputs)
+        .zip(results)
+    {
+        *r = sample_one(s, row, input);
+    }
+}
+
+#[cfg(feature = "rayon")]
+fn sample_rows_with<S: SequenceSampler, T: Logit>(
+    samplers: &mut [S],
+    logits: &[T],
+    row_len: usize,
+    inputs: &[RowInput<'_>],
+    results: &mut [Result<Sample, Error>],
+) {
+    use rayon::prelude::*;
+    samplers
+        .par_iter_mut()
+        .zip(logits.par_chunks_exact(row_len))
+        .zip(inputs.par_iter())
+        .zip(results.par_iter_mut())
+        .for_each(|(((s, row), input), r)| *r = sample_one(s, row, input));
+}
+
+#[cfg(not(feature = "rayon"))]
+fn sample_rows_grammar<S: SequenceSampler, T: Logit>(
+    samplers: &mut [S],
+    logits: &[T],
+    row_len: usize,
+    grammars: &mut [Option<&mut GrammarMask>],
+    results: &mut [GrammarRow],
+) {
+    for (((s, row), g), r) in samplers
+        .iter_mut()
+        .zip(logits.chunks_exact(row_len))
+        .zip(grammars)
+        .zip(results)
+    {
+        *r = sample_one_grammar(s, row, g);
+    }
+}
+
+#[cfg(feature = "rayon")]
+fn sample_rows_grammar<S: SequenceSampler, T: Logit>(
+    samplers: &mut [S],
+    logits: &[T],
+    row_len: usize,
+    grammars: &mut [Option<&mut GrammarMask>],
+    results: &mut [GrammarRow],
+) {
+    use rayon::prelude::*;
+    samplers
+        .par_iter_mut()
+        .zip(logits.par_chunks_exact(row_len))
+        .zip(grammars.par_iter_mut())
+        .zip(results.par_iter_mut())
+        .for_each(|(((s, row), g), r)| *r = sample_one_grammar(s, row, g));
 }

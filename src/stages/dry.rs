@@ -22,6 +22,17 @@ struct Scratch {
     hits: Vec<(TokenId, usize)>,
 }
 
+impl Clone for Scratch {
+    /// Empty buffers of the same capacity, so that a clone allocates no more per step
+    /// than the original.
+    fn clone(&self) -> Self {
+        Scratch {
+            z: Vec::with_capacity(self.z.capacity()),
+            hits: Vec::with_capacity(self.hits.capacity()),
+        }
+    }
+}
+
 /// `base^e` by squaring, in `f64` (IEEE multiplications only, so identical everywhere).
 fn pow_exact(base: f64, mut e: usize) -> f64 {
     let (mut acc, mut b) = (1.0f64, base);
@@ -96,6 +107,25 @@ pub struct Dry {
     /// Breakers sorted by head token.
     breakers: Vec<Vec<TokenId>>,
     scratch: Mutex<Scratch>,
+}
+
+impl Clone for Dry {
+    /// A copy with scratch of its own.
+    fn clone(&self) -> Self {
+        let scratch = self
+            .scratch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        Dry {
+            multiplier: self.multiplier,
+            base: self.base,
+            allowed_length: self.allowed_length,
+            window: self.window,
+            breakers: self.breakers.clone(),
+            scratch: Mutex::new(scratch),
+        }
+    }
 }
 
 impl Dry {

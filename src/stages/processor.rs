@@ -14,6 +14,10 @@ use crate::history::History;
 /// one at any position with [`ChainBuilder::processor`](crate::ChainBuilder::processor).
 /// Both traits take `&mut self`, so either may keep state and scratch.
 ///
+/// A processor is `Clone` (through [`ProcessorClone`], which every
+/// `LogitsProcessor + Clone` type gets), so that the [`Sampler`](crate::Sampler) or
+/// [`Chain`](crate::Chain) holding it can be cloned and forked.
+///
 /// In a [`Sampler`](crate::Sampler), processors run in the adjustment stage, after the logit bias, the penalties and the
 /// grammar mask and before temperature, in the order they were added to the
 /// [`Sampler`](crate::Sampler). They receive the row as `f32` (already converted from
@@ -28,7 +32,7 @@ use crate::history::History;
 /// use logits::{Error, History, LogitsProcessor, Sampler, SamplingParams};
 ///
 /// /// Bans every odd token id.
-/// #[derive(Debug)]
+/// #[derive(Clone, Debug)]
 /// struct EvenOnly;
 ///
 /// impl LogitsProcessor for EvenOnly {
@@ -44,7 +48,7 @@ use crate::history::History;
 /// assert_eq!(out.token, 2);
 /// # Ok::<(), Error>(())
 /// ```
-pub trait LogitsProcessor: Send + std::fmt::Debug {
+pub trait LogitsProcessor: ProcessorClone + Send + std::fmt::Debug {
     /// Adjusts `logits` (one entry per vocabulary token) in place.
     ///
     /// # Errors
@@ -63,6 +67,26 @@ pub trait LogitsProcessor: Send + std::fmt::Debug {
     }
 }
 
+/// Clones a boxed [`LogitsProcessor`]: the supertrait that makes
+/// `Box<dyn LogitsProcessor>` `Clone`. Implemented for every `LogitsProcessor + Clone`
+/// type; derive `Clone` on a processor rather than implement this.
+pub trait ProcessorClone {
+    /// A boxed copy of the processor, with its own state and scratch.
+    fn clone_box(&self) -> Box<dyn LogitsProcessor>;
+}
+
+impl<T: LogitsProcessor + Clone + 'static> ProcessorClone for T {
+    fn clone_box(&self) -> Box<dyn LogitsProcessor> {
+        Box::new(self.clone())
+    }
+}
+
+impl Clone for Box<dyn LogitsProcessor> {
+    fn clone(&self) -> Self {
+        self.clone_box()
+    }
+}
+
 /// A [`LogitsProcessor`] as a [`Stage`]: how a [`Sampler`](crate::Sampler) runs its
 /// processors, and how [`ChainBuilder::processor`](crate::ChainBuilder::processor) adds
 /// one to a chain.
@@ -71,7 +95,7 @@ pub trait LogitsProcessor: Send + std::fmt::Debug {
 /// the candidates' logits in place. After a cut it sees a row of the vocabulary's size
 /// with `-inf` at every token that is no longer a candidate, and the candidates take the
 /// values it leaves.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct ProcessorStage {
     processor: Box<dyn LogitsProcessor>,
     vocab_size: usize,
