@@ -559,3 +559,61 @@ fn reserve_sizes_every_stage() {
     let sampled = ALLOCATIONS.load(Ordering::Relaxed) - before;
     assert_eq!((chained, sampled), (0, 0), "allocations (chain, sampler)");
 }
+
+#[test]
+fn warm_bans_set_params_and_forks_do_not_allocate() {
+    let _g = serial();
+    let r = row();
+    let params = |seed| {
+        SamplingParams::builder()
+            .temperature(0.7)
+            .top_p(0.9)
+            .repetition_penalty(1.1)
+            .penalty_window(64)
+            .seed(seed)
+            .build()
+            .unwrap()
+    };
+    let mut s = Sampler::new(params(1), V).unwrap();
+    s.reserve(1000).unwrap();
+    let banned = [0, 5003, 10006];
+    let mask = TokenMask::new_full(V);
+    for _ in 0..2 {
+        s.sample_banned(&r, None, &banned).unwrap();
+        s.sample_banned(&r, Some(&mask), &banned).unwrap();
+    }
+    COUNTED.with(|c| c.set(true));
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..10 {
+        let out = s.sample_banned(&r, None, &banned).unwrap();
+        assert!(!banned.contains(&out.token));
+        s.sample_banned(&r, Some(&mask), &banned).unwrap();
+    }
+    // A new request on the warm sampler, and its steps.
+    s.set_params(params(2)).unwrap();
+    s.push_prompt(&[1, 2, 3]).unwrap();
+    for _ in 0..10 {
+        s.sample_banned(&r, None, &banned).unwrap();
+    }
+    let warm = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    COUNTED.with(|c| c.set(false));
+    assert_eq!(warm, 0, "warm bans and set_params allocated");
+
+    // A fork's buffers are its own and sized: once it has drawn twice, it allocates
+    // nothing either.
+    let mut f = s.fork(3);
+    f.reserve(1000).unwrap();
+    for _ in 0..2 {
+        f.sample_banned(&r, None, &banned).unwrap();
+        f.sample(&r).unwrap();
+    }
+    COUNTED.with(|c| c.set(true));
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..10 {
+        f.sample_banned(&r, None, &banned).unwrap();
+        f.sample(&r).unwrap();
+    }
+    let forked = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    COUNTED.with(|c| c.set(false));
+    assert_eq!(forked, 0, "a warm fork allocated");
+}
