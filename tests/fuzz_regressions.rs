@@ -320,7 +320,7 @@ fn a_penalty_that_overflows_is_refused_before_a_whole_row_stage() {
 #[test]
 fn a_penalty_overflow_on_a_masked_token_is_no_error_in_either_order() {
     use logits::{Candidates, Error, Penalties, Stage, StageContext, TokenMask};
-    #[derive(Debug)]
+    #[derive(Clone, Debug)]
     struct Hidden(Penalties);
     impl Stage for Hidden {
         fn name(&self) -> &'static str {

@@ -1,29 +1,41 @@
 //! `BatchSampler` over arbitrary rows: up to 6 sequences, each with its own parameters
 //! (or its own chain), prompt and seed, sampled for a few steps as one block in f32, f16
-//! or bf16, on rayon's threads. Every row's result (token, logprobs and alternatives, or
-//! error) must equal what sampling that row alone gives, and the same batch in another
-//! row order must give the same results, row for row. A row's error must not move its
-//! history.
+//! or bf16, on rayon's threads, each row with its own mask (of any width, wrong ones
+//! included) and bans (ids outside the vocabulary included) through
+//! `BatchSampler::sample_rows`, or through `sample` alone. Every row's result (token,
+//! logprobs and alternatives, or error) must equal what sampling that row alone gives,
+//! and the same batch in another row order must give the same results, row for row. A
+//! row's error must not move its history.
 #![no_main]
 
 use arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
 use logits::{
-    BatchSampler, Chain, Error, Logit, MinP, Sample, Sampler, Temperature, TokenId, TopK, TopP,
-    TypicalP,
+    BatchSampler, Chain, Error, Logit, MinP, RowInput, Sample, Sampler, Temperature, TokenId,
+    TokenMask, TopK, TopP, TypicalP,
 };
 use logits_fuzz::{param, sampling_params, Dtype, Row};
 
 /// A sequence the batch and the lone copies can both be built from.
 trait Sequence: Sized + logits::SequenceSampler {
-    fn sample_alone<T: Logit>(&mut self, row: &[T]) -> Result<Sample, Error>;
+    fn sample_alone<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        banned: &[TokenId],
+    ) -> Result<Sample, Error>;
     fn push(&mut self, prompt: &[TokenId]) -> Result<(), Error>;
     fn tokens(&self) -> Vec<TokenId>;
 }
 
 impl Sequence for Sampler {
-    fn sample_alone<T: Logit>(&mut self, row: &[T]) -> Result<Sample, Error> {
-        self.sample(row)
+    fn sample_alone<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        banned: &[TokenId],
+    ) -> Result<Sample, Error> {
+        self.sample_banned(row, mask, banned)
     }
     fn push(&mut self, prompt: &[TokenId]) -> Result<(), Error> {
         self.push_prompt(prompt)
@@ -34,8 +46,13 @@ impl Sequence for Sampler {
 }
 
 impl Sequence for Chain {
-    fn sample_alone<T: Logit>(&mut self, row: &[T]) -> Result<Sample, Error> {
-        self.sample(row)
+    fn sample_alone<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        banned: &[TokenId],
+    ) -> Result<Sample, Error> {
+        self.sample_banned(row, mask, banned)
     }
     fn push(&mut self, prompt: &[TokenId]) -> Result<(), Error> {
         self.push_prompt(prompt)
@@ -124,35 +141,117 @@ fn check<S: Sequence>(
     let row_len = vocab + u.int_in_range(0..=3)?;
     for _ in 0..u.int_in_range(1..=4)? {
         let block = Row::arbitrary(u, dtype, rows * row_len)?;
+        // `None`: the plain `sample`; else each row's mask and bans.
+        let inputs = if u.arbitrary()? {
+            let mut v = Vec::with_capacity(rows);
+            for _ in 0..rows {
+                v.push(row_input(u, vocab, row_len)?);
+            }
+            Some(v)
+        } else {
+            None
+        };
+        let step_in = Step {
+            order: &order,
+            row_len,
+            inputs: inputs.as_deref(),
+        };
         match &block {
-            Row::F32(v) => step(&mut batch, &mut alone, &mut shuffled, &order, v, row_len),
-            Row::F16(v) => step(&mut batch, &mut alone, &mut shuffled, &order, v, row_len),
-            Row::Bf16(v) => step(&mut batch, &mut alone, &mut shuffled, &order, v, row_len),
+            Row::F32(v) => step(&mut batch, &mut alone, &mut shuffled, &step_in, v),
+            Row::F16(v) => step(&mut batch, &mut alone, &mut shuffled, &step_in, v),
+            Row::Bf16(v) => step(&mut batch, &mut alone, &mut shuffled, &step_in, v),
         }
     }
     Ok(())
+}
+
+/// A row's mask and bans for one step: a mask (usually of a valid width, sometimes of a
+/// wrong one) or none, and up to 3 banned ids (some outside the vocabulary).
+fn row_input(
+    u: &mut Unstructured<'_>,
+    vocab: usize,
+    row_len: usize,
+) -> arbitrary::Result<(Option<TokenMask>, Vec<TokenId>)> {
+    let mask = if u.arbitrary()? {
+        let width = if u.ratio(1, 8)? {
+            u.int_in_range(0..=row_len + 1)?
+        } else {
+            u.int_in_range(vocab..=row_len)?
+        };
+        let mut m = TokenMask::new_empty(width);
+        for id in 0..width as u32 {
+            if u.ratio(2, 3)? {
+                m.allow(id).unwrap();
+            }
+        }
+        Some(m)
+    } else {
+        None
+    };
+    let banned = (0..u.int_in_range(0..=3)?)
+        .map(|_| u.int_in_range(0..=vocab as u32 + 2))
+        .collect::<arbitrary::Result<_>>()?;
+    Ok((mask, banned))
+}
+
+/// What one step of every batch shares.
+struct Step<'a> {
+    /// `order[j]` is the sequence at row `j` of the reordered batch.
+    order: &'a [usize],
+    row_len: usize,
+    /// Each sequence's mask and bans, or `None` for the plain `sample`.
+    inputs: Option<&'a [(Option<TokenMask>, Vec<TokenId>)]>,
 }
 
 fn step<S: Sequence, T: Logit>(
     batch: &mut BatchSampler<S>,
     alone: &mut [S],
     shuffled: &mut BatchSampler<S>,
-    order: &[usize],
+    st: &Step<'_>,
     block: &[T],
-    row_len: usize,
 ) {
+    let (order, row_len) = (st.order, st.row_len);
+    let input = |i: usize| match st.inputs {
+        Some(v) => RowInput {
+            mask: v[i].0.as_ref(),
+            banned: &v[i].1,
+        },
+        None => RowInput::default(),
+    };
     let before: Vec<Vec<TokenId>> = alone.iter().map(Sequence::tokens).collect();
-    let got: Vec<Result<Sample, Error>> = batch.sample(block, row_len).unwrap().to_vec();
     let mut reordered = Vec::with_capacity(block.len());
     for &i in order {
         reordered.extend_from_slice(&block[i * row_len..(i + 1) * row_len]);
     }
-    let other: Vec<Result<Sample, Error>> = shuffled.sample(&reordered, row_len).unwrap().to_vec();
+    let (got, other): (Vec<Result<Sample, Error>>, Vec<Result<Sample, Error>>) = match st.inputs {
+        None => (
+            batch.sample(block, row_len).unwrap().to_vec(),
+            shuffled.sample(&reordered, row_len).unwrap().to_vec(),
+        ),
+        Some(_) => {
+            let ins: Vec<RowInput<'_>> = (0..alone.len()).map(input).collect();
+            let ins_reordered: Vec<RowInput<'_>> = order.iter().map(|&i| input(i)).collect();
+            (
+                batch.sample_rows(block, row_len, &ins).unwrap().to_vec(),
+                (shuffled.sample_rows(&reordered, row_len, &ins_reordered))
+                    .unwrap()
+                    .to_vec(),
+            )
+        }
+    };
     for (i, s) in alone.iter_mut().enumerate() {
-        let want = s.sample_alone(&block[i * row_len..(i + 1) * row_len]);
+        let RowInput { mask, banned } = input(i);
+        let want = s.sample_alone(&block[i * row_len..(i + 1) * row_len], mask, banned);
         assert_eq!(got[i], want, "row {i}");
         if want.is_err() {
             assert_eq!(s.tokens(), before[i], "row {i}: an error moved the history");
+        }
+        if let Ok(x) = &want {
+            assert!(
+                mask.is_none_or(|m| m.is_allowed(x.token)),
+                "row {i}: masked"
+            );
+            assert!(!banned.contains(&x.token), "row {i}: banned");
         }
         assert_eq!(batch.samplers()[i].tokens(), s.tokens(), "row {i}");
     }
