@@ -108,10 +108,8 @@
 //!   10th and 90th percentiles of the per-call times in microseconds, and the median
 //!   over the read floor's median on the same row.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use logits::half::{bf16, f16};
@@ -127,37 +125,15 @@ use mix::machine::Machine;
 use mix::rows::{floor, min_p_size, nth_row, nucleus, Load};
 use mix::Mix;
 
-/// The system allocator, counting allocations so that the bench can report any made in
-/// a timed region.
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded to the system allocator with the same arguments.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's guarantees for `alloc` hold for `System.alloc`.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "../tests/mix/counting.rs"]
+mod counting;
+use counting::Counting;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
 fn allocations() -> u64 {
-    ALLOCATIONS.load(Ordering::Relaxed)
+    counting::allocations()
 }
 
 /// Something the bench times: one call per iteration on a fresh copy of the row.

@@ -10,9 +10,7 @@
 //!
 //! `--help` lists the options. The method is in `compare/README.md` and in [`HELP`].
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use candle_core::{Device, Tensor};
@@ -28,38 +26,16 @@ use mix::Mix;
 
 mod llama;
 
-/// The system allocator, counting allocations so that any made in a timed region is
-/// reported.
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded to the system allocator with the same arguments.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's guarantees for `alloc` hold for `System.alloc`.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "../../tests/mix/counting.rs"]
+mod counting;
+use counting::Counting;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
 /// Allocations so far, from Rust and from the vendored C++ (`operator new`).
 fn allocations() -> u64 {
-    ALLOCATIONS.load(Ordering::Relaxed) + llama::allocations()
+    counting::allocations() + llama::allocations()
 }
 
 const HELP: &str = "\
