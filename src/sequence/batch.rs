@@ -105,7 +105,16 @@ impl<S: SequenceSampler> BatchSampler<S> {
         }
         self.results
             .resize(self.samplers.len(), Err(Error::EmptyVocabulary));
-        sample_rows(&mut self.samplers, logits, row_len, &mut self.results);
+        let n = self.samplers.len();
+        let (samplers, results) = (&mut self.samplers, &mut self.results);
+        each_row(
+            samplers,
+            logits,
+            row_len,
+            no_inputs(n),
+            results,
+            |s, row, ()| s.sample_next(row, None),
+        );
         Ok(&self.results)
     }
 
@@ -150,12 +159,13 @@ impl<S: SequenceSampler> BatchSampler<S> {
         }
         self.results
             .resize(self.samplers.len(), Err(Error::EmptyVocabulary));
-        sample_rows_with(
+        each_row(
             &mut self.samplers,
             logits,
             row_len,
             inputs,
             &mut self.results,
+            |s, row, input| s.sample_next_banned(row, input.mask, input.banned),
         );
         Ok(&self.results)
     }
@@ -185,12 +195,13 @@ impl<S: SequenceSampler> BatchSampler<S> {
         }
         self.grammar_results
             .resize(self.samplers.len(), Err(Error::EmptyVocabulary));
-        sample_rows_grammar(
+        each_row(
             &mut self.samplers,
             logits,
             row_len,
             grammars,
             &mut self.grammar_results,
+            sample_one_grammar,
         );
         Ok(&self.grammar_results)
     }
@@ -312,44 +323,68 @@ fn verify_rows<S: SequenceSampler, T: Logit>(
         .for_each(|(((s, v), spec), r)| *r = v.verify(s, spec));
 }
 
+/// Row `i` of `logits` through sampler `i` with input `i`, into `results[i]`: one row
+/// after another.
 #[cfg(not(feature = "rayon"))]
-fn sample_rows<S: SequenceSampler, T: Logit>(
+fn each_row<S, T, I, R>(
     samplers: &mut [S],
     logits: &[T],
     row_len: usize,
-    results: &mut [Result<Sample, Error>],
-) {
-    for ((s, row), r) in samplers
+    inputs: I,
+    results: &mut [R],
+    f: impl Fn(&mut S, &[T], I::Item) -> R,
+) where
+    S: SequenceSampler,
+    T: Logit,
+    I: IntoIterator,
+{
+    for (((s, row), input), r) in samplers
         .iter_mut()
         .zip(logits.chunks_exact(row_len))
+        .zip(inputs)
         .zip(results)
     {
-        *r = s.sample_next(row, None);
+        *r = f(s, row, input);
     }
 }
 
+/// Row `i` of `logits` through sampler `i` with input `i`, into `results[i]`: on
+/// rayon's threads, with the results of the sequential loop (each row's sampler and
+/// input are its own).
 #[cfg(feature = "rayon")]
-fn sample_rows<S: SequenceSampler, T: Logit>(
+fn each_row<S, T, I, R>(
     samplers: &mut [S],
     logits: &[T],
     row_len: usize,
-    results: &mut [Result<Sample, Error>],
-) {
+    inputs: I,
+    results: &mut [R],
+    f: impl Fn(&mut S, &[T], I::Item) -> R + Sync + Send,
+) where
+    S: SequenceSampler,
+    T: Logit,
+    I: rayon::iter::IntoParallelIterator,
+    I::Iter: rayon::iter::IndexedParallelIterator,
+    R: Send,
+{
     use rayon::prelude::*;
     samplers
         .par_iter_mut()
         .zip(logits.par_chunks_exact(row_len))
+        .zip(inputs.into_par_iter())
         .zip(results.par_iter_mut())
-        .for_each(|((s, row), r)| *r = s.sample_next(row, None));
+        .for_each(|(((s, row), input), r)| *r = f(s, row, input));
 }
 
-/// Row `i` through its sampler's `sample_next_banned` with `inputs[i]`.
-fn sample_one<S: SequenceSampler, T: Logit>(
-    s: &mut S,
-    row: &[T],
-    input: &RowInput<'_>,
-) -> Result<Sample, Error> {
-    s.sample_next_banned(row, input.mask, input.banned)
+/// One `()` per row, for [`each_row`] without inputs.
+#[cfg(not(feature = "rayon"))]
+fn no_inputs(n: usize) -> impl Iterator<Item = ()> {
+    std::iter::repeat_n((), n)
+}
+
+/// One `()` per row, for [`each_row`] without inputs.
+#[cfg(feature = "rayon")]
+fn no_inputs(n: usize) -> rayon::iter::RepeatN<()> {
+    rayon::iter::repeat_n((), n)
 }
 
 /// Row `i` under its grammar, if it has one.
@@ -362,74 +397,4 @@ fn sample_one_grammar<S: SequenceSampler, T: Logit>(
         Some(g) => g.sample(s, row).map(|(out, status)| (out, Some(status))),
         None => s.sample_next(row, None).map(|out| (out, None)),
     }
-}
-
-#[cfg(not(feature = "rayon"))]
-fn sample_rows_with<S: SequenceSampler, T: Logit>(
-    samplers: &mut [S],
-    logits: &[T],
-    row_len: usize,
-    inputs: &[RowInput<'_>],
-    results: &mut [Result<Sample, Error>],
-) {
-    for (((s, row), input), r) in samplers
-        .iter_mut()
-        .zip(logits.chunks_exact(row_len))
-        .zip(inputs)
-        .zip(results)
-    {
-        *r = sample_one(s, row, input);
-    }
-}
-
-#[cfg(feature = "rayon")]
-fn sample_rows_with<S: SequenceSampler, T: Logit>(
-    samplers: &mut [S],
-    logits: &[T],
-    row_len: usize,
-    inputs: &[RowInput<'_>],
-    results: &mut [Result<Sample, Error>],
-) {
-    use rayon::prelude::*;
-    samplers
-        .par_iter_mut()
-        .zip(logits.par_chunks_exact(row_len))
-        .zip(inputs.par_iter())
-        .zip(results.par_iter_mut())
-        .for_each(|(((s, row), input), r)| *r = sample_one(s, row, input));
-}
-
-#[cfg(not(feature = "rayon"))]
-fn sample_rows_grammar<S: SequenceSampler, T: Logit>(
-    samplers: &mut [S],
-    logits: &[T],
-    row_len: usize,
-    grammars: &mut [Option<&mut GrammarMask>],
-    results: &mut [GrammarRow],
-) {
-    for (((s, row), g), r) in samplers
-        .iter_mut()
-        .zip(logits.chunks_exact(row_len))
-        .zip(grammars)
-        .zip(results)
-    {
-        *r = sample_one_grammar(s, row, g);
-    }
-}
-
-#[cfg(feature = "rayon")]
-fn sample_rows_grammar<S: SequenceSampler, T: Logit>(
-    samplers: &mut [S],
-    logits: &[T],
-    row_len: usize,
-    grammars: &mut [Option<&mut GrammarMask>],
-    results: &mut [GrammarRow],
-) {
-    use rayon::prelude::*;
-    samplers
-        .par_iter_mut()
-        .zip(logits.par_chunks_exact(row_len))
-        .zip(grammars.par_iter_mut())
-        .zip(results.par_iter_mut())
-        .for_each(|(((s, row), g), r)| *r = sample_one_grammar(s, row, g));
 }
