@@ -10,9 +10,10 @@ use logits::{Sampler, SamplingParams, TokenId};
 use crate::cli::Args;
 use crate::config::group_thousands;
 use crate::defaults::with_overrides;
-use crate::generate::{generate, Event, Generation, TokenFilter};
+use crate::generate::{generate, generate_speculative, Draft, Event, Generation, TokenFilter};
 use crate::grammar::{GrammarSpec, Grammars};
-use crate::load::{Loaded, ModelFiles};
+use crate::load::{load_draft, Loaded, ModelFiles};
+use crate::model::Model;
 use crate::template::{Message, Role};
 
 /// Runs the command: output to `out`, interactive input (when there is no
@@ -26,8 +27,15 @@ pub fn run(args: &Args, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<
     if args.samples == Some(0) {
         bail!("--samples must be at least 1");
     }
+    if args.draft_k == Some(0) {
+        bail!("--draft-k must be at least 1");
+    }
     let files = ModelFiles::from_args(args)?;
-    let mut loaded = Loaded::load(files)?;
+    let mut loaded = Loaded::load_with(files, args.draft_model_dir.is_some())?;
+    let mut draft = match &args.draft_model_dir {
+        Some(dir) => Some(load_draft(dir, &loaded)?),
+        None => None,
+    };
     let params = with_overrides(&loaded.defaults.params, args)?;
     let stop = StopConditions::builder()
         .stop_tokens(loaded.defaults.eos_token_ids.iter().copied())
@@ -53,6 +61,14 @@ pub fn run(args: &Args, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<
     grammar(&grammars)?;
 
     print_header(&loaded, &params, out)?;
+    if let Some(dir) = &args.draft_model_dir {
+        writeln!(
+            out,
+            "speculative decoding: draft model from {}, {} tokens per verification",
+            dir.display(),
+            draft_k(args)
+        )?;
+    }
 
     let mut messages = Vec::new();
     if let Some(system) = &args.system {
@@ -70,9 +86,10 @@ pub fn run(args: &Args, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<
                 .seed(params.seed().wrapping_add(i as u64))
                 .build()?;
             let mut filter = grammar(&grammars)?;
-            let g = generate(
-                &mut loaded.model,
-                &loaded.tokenizer,
+            let g = run_generate(
+                &mut loaded,
+                draft.as_mut(),
+                args,
                 &prompt,
                 seeded,
                 &stop,
@@ -88,6 +105,7 @@ pub fn run(args: &Args, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<
         let mut filter = grammar(&grammars)?;
         chat_turn(
             &mut loaded,
+            draft.as_mut(),
             &prompt,
             &params,
             &stop,
@@ -122,6 +140,7 @@ pub fn run(args: &Args, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<
         let mut filter = grammar(&grammars)?;
         let g = chat_turn(
             &mut loaded,
+            draft.as_mut(),
             &prompt,
             &turn_params,
             &stop,
@@ -131,6 +150,53 @@ pub fn run(args: &Args, out: &mut dyn Write, input: &mut dyn BufRead) -> Result<
         )?;
         messages.push(Message::new(Role::Assistant, g.answer));
         turn += 1;
+    }
+}
+
+/// Tokens the draft proposes per verification: `--draft-k`, 4 by default.
+fn draft_k(args: &Args) -> usize {
+    args.draft_k.unwrap_or(4)
+}
+
+/// One generation: speculative with a draft model, plain otherwise.
+#[allow(clippy::too_many_arguments)]
+fn run_generate(
+    loaded: &mut Loaded,
+    draft: Option<&mut Model>,
+    args: &Args,
+    prompt: &[TokenId],
+    params: SamplingParams,
+    stop: &StopConditions,
+    filter: Option<&mut dyn TokenFilter>,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<Generation> {
+    match draft {
+        Some(model) => {
+            if filter.is_some() {
+                bail!("--draft-model-dir does not run with a grammar constraint");
+            }
+            generate_speculative(
+                &mut loaded.model,
+                Draft {
+                    model,
+                    k: draft_k(args),
+                },
+                &loaded.tokenizer,
+                prompt,
+                params,
+                stop,
+                on_event,
+            )
+        }
+        None => generate(
+            &mut loaded.model,
+            &loaded.tokenizer,
+            prompt,
+            params,
+            stop,
+            filter,
+            on_event,
+        ),
     }
 }
 
@@ -210,8 +276,10 @@ pub fn describe(p: &SamplingParams) -> String {
 }
 
 /// Streams one reply, then the finish reason and speeds.
+#[allow(clippy::too_many_arguments)]
 fn chat_turn(
     loaded: &mut Loaded,
+    draft: Option<&mut Model>,
     prompt: &[TokenId],
     params: &SamplingParams,
     stop: &StopConditions,
@@ -254,9 +322,10 @@ fn chat_turn(
                 io_error.get_or_insert(err);
             }
         };
-        generate(
-            &mut loaded.model,
-            &loaded.tokenizer,
+        run_generate(
+            loaded,
+            draft,
+            args,
             prompt,
             params.clone(),
             stop,
@@ -293,14 +362,24 @@ fn chat_turn(
             )?;
         }
     }
+    let draft_text = g.draft.map_or(String::new(), |d| {
+        format!(
+            " | draft: proposed {}, accepted {} (rate {:.1}%), mean accepted per step {:.2}",
+            d.proposed,
+            d.accepted,
+            100.0 * d.rate(),
+            d.mean_accepted()
+        )
+    });
     writeln!(
         out,
-        "[finish: {} | prompt {} tokens, {:.1} tokens/s | generated {} tokens, {:.1} tokens/s]",
+        "[finish: {} | prompt {} tokens, {:.1} tokens/s | generated {} tokens, {:.1} tokens/s{}]",
         finish_text(&g.finish, loaded, stop),
         g.prompt_tokens,
         g.prompt_tokens_per_sec(),
         g.tokens.len(),
-        g.tokens_per_sec()
+        g.tokens_per_sec(),
+        draft_text
     )?;
     Ok(g)
 }

@@ -96,6 +96,15 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "0.5,1.0,1.5")]
     pub temperatures: Vec<f32>,
 
+    /// Speculative decoding: a smaller Qwen3 sharing the target's tokenizer
+    /// (config.json and safetensors weights) drafts tokens that the target
+    /// verifies, K at a time; the answer follows the target's distribution.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["gguf", "logprobs", "json_schema", "regex", "grammar", "top_next"])]
+    pub draft_model_dir: Option<PathBuf>,
+    /// Tokens the draft proposes per verification (at least 1; default 4).
+    #[arg(long, value_name = "K", requires = "draft_model_dir")]
+    pub draft_k: Option<usize>,
+
     /// Print K seeded answers (seeds seed, seed+1, ...), one per line.
     #[arg(long, value_name = "K")]
     pub samples: Option<usize>,

@@ -3,9 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-#[cfg(feature = "hub")]
-use anyhow::Context;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::cli::Args;
 use crate::config::Qwen3Config;
@@ -143,6 +141,12 @@ pub struct Loaded {
 impl Loaded {
     /// Loads every file, checking that they fit together.
     pub fn load(files: ModelFiles) -> Result<Self> {
+        Self::load_with(files, false)
+    }
+
+    /// Like [`load`](Self::load); with `rows`, the safetensors model is loaded for
+    /// [`Model::forward_rows`] (as the target of speculative decoding).
+    pub fn load_with(files: ModelFiles, rows: bool) -> Result<Self> {
         let config = match &files.weights {
             Weights::Safetensors(_) => Some(Qwen3Config::from_file(&files.config)?),
             Weights::Gguf(_) if files.config.exists() => {
@@ -155,7 +159,11 @@ impl Loaded {
         let model = match (&files.weights, &config) {
             (Weights::Safetensors(paths), Some(config)) => {
                 tokenizer.check_fits(config.vocab_size, &files.config)?;
-                Model::from_safetensors(config, paths)?
+                if rows {
+                    Model::from_safetensors_rows(config, paths)?
+                } else {
+                    Model::from_safetensors(config, paths)?
+                }
             }
             (Weights::Gguf(path), _) => {
                 let model = Model::from_gguf(path)?;
@@ -198,4 +206,41 @@ impl Loaded {
             defaults,
         })
     }
+}
+
+/// Loads the draft model of speculative decoding from `dir` (config.json and
+/// safetensors weights; a tokenizer there is optional) and checks that it can
+/// draft for `target`: the same number of logits, and, when the directory has a
+/// tokenizer, one of the same vocabulary size as the target's.
+pub fn load_draft(dir: &Path, target: &Loaded) -> Result<Model> {
+    if !dir.is_dir() {
+        bail!("draft model directory {} does not exist", dir.display());
+    }
+    let config_path = dir.join("config.json");
+    let config = Qwen3Config::from_file(&config_path)?;
+    let want = target.model.logits_len();
+    if config.vocab_size != want {
+        bail!(
+            "draft model {} has {} logits per step but the target has {}: \
+             the draft must share the target's tokenizer and vocabulary",
+            dir.display(),
+            config.vocab_size,
+            want
+        );
+    }
+    let tokenizer = tokenizer_path(dir);
+    if tokenizer.exists() {
+        let t = Tokenizer::from_file(&tokenizer)?;
+        if t.vocab_size() != target.tokenizer.vocab_size() {
+            bail!(
+                "draft tokenizer {} has {} tokens but the target's has {}: \
+                 the draft must share the target's tokenizer",
+                tokenizer.display(),
+                t.vocab_size(),
+                target.tokenizer.vocab_size()
+            );
+        }
+    }
+    Model::from_safetensors(&config, &safetensors_files(dir)?)
+        .with_context(|| format!("draft model {}", dir.display()))
 }

@@ -11,12 +11,26 @@ use logits::TokenId;
 
 use crate::config::Qwen3Config;
 
+#[derive(Clone)]
 enum Inner {
     Full(qwen3::ModelForCausalLM),
     Quantized(quantized_qwen3::ModelWeights),
+    /// The decoder and the output head apart, so that one forward pass gives the
+    /// logits of every position it runs (for speculative verification).
+    Rows {
+        base: qwen3::Model,
+        /// The decoder with an empty cache, for `reset`.
+        fresh: qwen3::Model,
+        lm_head: candle_nn::Linear,
+    },
 }
 
 /// A Qwen3 model with its KV cache.
+///
+/// Cloning is cheap (the weights and the cached keys and values are shared, and a
+/// forward pass appends to new tensors): a clone is a snapshot of the KV cache to
+/// return to, since candle's cache cannot be truncated.
+#[derive(Clone)]
 pub struct Model {
     inner: Inner,
     device: Device,
@@ -113,6 +127,51 @@ impl Model {
         })
     }
 
+    /// Loads safetensors weights like [`from_safetensors`](Self::from_safetensors),
+    /// for [`forward_rows`](Self::forward_rows): the output head is kept apart from
+    /// the decoder (with tied embeddings, as a second copy of the embedding matrix).
+    pub fn from_safetensors_rows(config: &Qwen3Config, files: &[PathBuf]) -> Result<Self> {
+        let device = Device::Cpu;
+        for file in files {
+            check_safetensors(file)?;
+        }
+        // SAFETY: as in `from_safetensors`.
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(files, DType::F32, &device) }
+            .map_err(|e| anyhow!("cannot map weights {}: {}", show(files), candle_message(&e)))?;
+        Self::from_var_builder_rows(config, vb).with_context(|| format!("weights {}", show(files)))
+    }
+
+    /// Builds a model for [`forward_rows`](Self::forward_rows) from any candle
+    /// `VarBuilder`.
+    pub fn from_var_builder_rows(config: &Qwen3Config, vb: VarBuilder) -> Result<Self> {
+        let device = vb.device().clone();
+        let err = |e: candle_core::Error| {
+            anyhow!("do not match the Qwen3 config: {}", candle_message(&e))
+        };
+        let base = qwen3::Model::new(&config.to_candle(), vb.clone()).map_err(err)?;
+        let (v, h) = (config.vocab_size, config.hidden_size);
+        let lm_head = if config.tie_word_embeddings {
+            let w = vb
+                .pp("model.embed_tokens")
+                .get((v, h), "weight")
+                .map_err(err)?;
+            candle_nn::Linear::new(w, None)
+        } else {
+            candle_nn::linear_no_bias(h, v, vb.pp("lm_head")).map_err(err)?
+        };
+        Ok(Model {
+            inner: Inner::Rows {
+                fresh: base.clone(),
+                base,
+                lm_head,
+            },
+            device,
+            position: 0,
+            logits_len: config.vocab_size,
+            context_len: config.max_position_embeddings,
+        })
+    }
+
     /// Loads a GGUF file with candle's quantized Qwen3.
     pub fn from_gguf(path: &Path) -> Result<Self> {
         let device = Device::Cpu;
@@ -185,6 +244,9 @@ impl Model {
         match &mut self.inner {
             Inner::Full(m) => m.clear_kv_cache(),
             Inner::Quantized(m) => m.clear_kv_cache(),
+            // (`qwen3::Model` cannot clear its cache: go back to the copy made
+            // before its first forward pass.)
+            Inner::Rows { base, fresh, .. } => *base = fresh.clone(),
         }
         self.position = 0;
     }
@@ -192,6 +254,25 @@ impl Model {
     /// Runs `tokens` (at least one) after what the KV cache holds and returns
     /// the logits row of the last one.
     pub fn forward(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>> {
+        self.forward_rows(tokens, 1)
+    }
+
+    /// True when [`forward_rows`](Self::forward_rows) can return more than one row.
+    pub fn has_rows(&self) -> bool {
+        matches!(self.inner, Inner::Rows { .. })
+    }
+
+    /// Runs `tokens` (at least one) after what the KV cache holds, in one forward
+    /// pass, and returns the logits rows of the last `rows` of them, row-major.
+    /// More than one row needs a model loaded by
+    /// [`from_safetensors_rows`](Self::from_safetensors_rows).
+    pub fn forward_rows(&mut self, tokens: &[TokenId], rows: usize) -> Result<Vec<f32>> {
+        if rows == 0 || rows > tokens.len() {
+            bail!("cannot return {rows} rows for {} tokens", tokens.len());
+        }
+        if rows > 1 && !self.has_rows() {
+            bail!("this model returns the last row only");
+        }
         if tokens.is_empty() {
             bail!("no tokens to run");
         }
@@ -213,6 +294,12 @@ impl Model {
         let out = match &mut self.inner {
             Inner::Full(m) => m.forward(&input, self.position),
             Inner::Quantized(m) => m.forward(&input, self.position),
+            Inner::Rows { base, lm_head, .. } => {
+                let l = tokens.len();
+                base.forward(&input, self.position)
+                    .and_then(|h| h.narrow(1, l - rows, rows))
+                    .and_then(|h| h.apply(&*lm_head))
+            }
         }
         .map_err(|e| anyhow!("forward pass failed: {}", candle_message(&e)))?;
         self.position += tokens.len();

@@ -58,6 +58,8 @@ pub enum Kind {
     Random,
     /// An output head that makes `<|im_end|>` by far the most likely token.
     EndsAtOnce,
+    /// Like `Random`, with other random weights: a draft that disagrees with it.
+    OtherRandom,
 }
 
 /// Writes a random Qwen3 with the full 151,936-logit vocabulary and the real
@@ -86,7 +88,7 @@ pub fn write_random_model(dir: &Path, kind: Kind) {
         "max_position_embeddings": 1024,
         "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0,
-        "tie_word_embeddings": kind == Kind::Random,
+        "tie_word_embeddings": kind != Kind::EndsAtOnce,
         "attention_bias": false,
         "use_sliding_window": false,
         "bos_token_id": 151643,
