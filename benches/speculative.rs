@@ -10,9 +10,14 @@
 //! as a draft sampler's `distribution` writes them; `verify/draft_logits` gives the
 //! draft's rows, which the verifier runs through the chain itself (two chain runs per
 //! position).
+//!
+//! `paired` then times the two side by side, alternating a verification and the k + 1
+//! samples 301 times (which one goes first alternates too), and prints the median and
+//! quartiles of the per-round ratio: on a machine shared with other work, load that
+//! drifts between criterion's separate measurements moves both halves of a round alike.
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use logits::{DraftDistribution, Sampler, SamplingParams, Speculation, TokenId, Verifier};
@@ -100,11 +105,83 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// The per-round ratio of a sparse-q verification to k + 1 samples, alternated.
+fn paired(_: &mut Criterion) {
+    const ROUNDS: usize = 301;
+    for k in [4usize, 8] {
+        let rows: Vec<f32> = (0..=k)
+            .flat_map(|i| common::peaked_from(Mix(0x5EC + i as u64), V))
+            .collect();
+        let mut draft = qwen3();
+        let (mut pairs, mut ends, mut tokens) = (Vec::new(), Vec::new(), Vec::<TokenId>::new());
+        let mut dist = Vec::new();
+        for i in 0..k {
+            let row = &rows[i * V..(i + 1) * V];
+            draft.distribution(row, None, &mut dist).unwrap();
+            pairs.extend_from_slice(&dist);
+            ends.push(pairs.len());
+            tokens.push(draft.sample(row).unwrap().token);
+        }
+        let spec = Speculation {
+            draft: &tokens,
+            q: DraftDistribution::Sparse {
+                pairs: &pairs,
+                ends: &ends,
+            },
+            target: &rows,
+            row_len: V,
+        };
+        let mut target = qwen3();
+        let mut verifier = Verifier::new();
+        let mut verify = || {
+            let t = Instant::now();
+            let out = verifier.verify(&mut target, black_box(&spec)).unwrap();
+            assert_eq!(out.accepted, k);
+            target.rollback(out.emitted());
+            t.elapsed().as_secs_f64()
+        };
+        let mut sampler = qwen3();
+        let mut samples = || {
+            let t = Instant::now();
+            for row in rows.chunks_exact(V) {
+                black_box(sampler.sample(black_box(row)).unwrap().token);
+            }
+            sampler.rollback(k + 1);
+            t.elapsed().as_secs_f64()
+        };
+        for _ in 0..10 {
+            verify();
+            samples();
+        }
+        let mut ratios: Vec<f64> = (0..ROUNDS)
+            .map(|r| {
+                let (v, s) = if r % 2 == 0 {
+                    let v = verify();
+                    (v, samples())
+                } else {
+                    let s = samples();
+                    (verify(), s)
+                };
+                v / s
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let q = |f: f64| ratios[((ROUNDS - 1) as f64 * f) as usize];
+        println!(
+            "speculative/k{k}/paired: verify/sparse_q / sample_x{}: median {:.3} (quartiles {:.3} to {:.3}, {ROUNDS} rounds)",
+            k + 1,
+            q(0.5),
+            q(0.25),
+            q(0.75)
+        );
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = bench
+    targets = bench, paired
 }
 criterion_main!(benches);
