@@ -201,7 +201,7 @@ impl Verified {
 ///
 /// Holds the buffers a verification reuses and the last verification's emitted tokens
 /// and their logprobs: once warm, a verification allocates nothing.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Verifier {
     p: Vec<(TokenId, f64)>,
     q: Vec<(TokenId, f64)>,

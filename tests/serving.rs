@@ -704,3 +704,32 @@ fn batch_results_do_not_depend_on_the_threads() {
         assert_eq!(grammars, grammar_alone, "{threads} threads");
     }
 }
+
+/// A cloned batch (best-of over a whole batch, or a warm spare) draws what the original
+/// draws, step for step, and moving one leaves the other where it was.
+#[test]
+fn a_cloned_batch_draws_what_the_original_draws() {
+    let mut a = BatchSampler::new(chain_rows(6));
+    let mut steps = 0;
+    for t in 0..3 {
+        let block: Vec<f32> = (0..6).flat_map(|i| row(i, t, VOCAB)).collect();
+        a.sample(&block, VOCAB).unwrap();
+        steps += 1;
+    }
+    let mut b = a.clone();
+    for t in steps..steps + 5 {
+        let block: Vec<f32> = (0..6).flat_map(|i| row(i, t, VOCAB)).collect();
+        let x = a.sample(&block, VOCAB).unwrap().to_vec();
+        let y = b.sample(&block, VOCAB).unwrap().to_vec();
+        assert_eq!(x, y, "step {t}");
+    }
+    let before: Vec<Vec<TokenId>> = (b.samplers().iter())
+        .map(|s| s.history().tokens().to_vec())
+        .collect();
+    let block: Vec<f32> = (0..6).flat_map(|i| row(i, 99, VOCAB)).collect();
+    a.sample(&block, VOCAB).unwrap();
+    let after: Vec<Vec<TokenId>> = (b.samplers().iter())
+        .map(|s| s.history().tokens().to_vec())
+        .collect();
+    assert_eq!(before, after);
+}

@@ -49,7 +49,7 @@ pub type GrammarRow = Result<(Sample, Option<Status>), Error>;
 /// assert_eq!(out[0].as_ref().unwrap().token, 1);
 /// # Ok::<(), logits::Error>(())
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct BatchSampler<S: SequenceSampler = Sampler> {
     samplers: Vec<S>,
     results: Vec<Result<Sample, Error>>,
