@@ -41,22 +41,45 @@ fn qwen3() -> Sampler {
     s
 }
 
+/// The k + 1 target rows and a draft of k tokens over them: the target's own rows, its
+/// tokens drawn by a draft sampler, with the distributions it drew from as pairs.
+struct Draft {
+    rows: Vec<f32>,
+    pairs: Vec<(TokenId, f64)>,
+    ends: Vec<usize>,
+    tokens: Vec<TokenId>,
+}
+
+fn draft(k: usize) -> Draft {
+    let rows: Vec<f32> = (0..=k)
+        .flat_map(|i| common::peaked_from(Mix(0x5EC + i as u64), V))
+        .collect();
+    let mut draft = qwen3();
+    let (mut pairs, mut ends, mut tokens) = (Vec::new(), Vec::new(), Vec::new());
+    let mut dist = Vec::new();
+    for i in 0..k {
+        let row = &rows[i * V..(i + 1) * V];
+        draft.distribution(row, None, &mut dist).unwrap();
+        pairs.extend_from_slice(&dist);
+        ends.push(pairs.len());
+        tokens.push(draft.sample(row).unwrap().token);
+    }
+    Draft {
+        rows,
+        pairs,
+        ends,
+        tokens,
+    }
+}
+
 fn bench(c: &mut Criterion) {
     for k in [4usize, 8] {
-        let rows: Vec<f32> = (0..=k)
-            .flat_map(|i| common::peaked_from(Mix(0x5EC + i as u64), V))
-            .collect();
-        // The draft: the target's own rows, its tokens drawn by a draft sampler.
-        let mut draft = qwen3();
-        let (mut pairs, mut ends, mut tokens) = (Vec::new(), Vec::new(), Vec::<TokenId>::new());
-        let mut dist = Vec::new();
-        for i in 0..k {
-            let row = &rows[i * V..(i + 1) * V];
-            draft.distribution(row, None, &mut dist).unwrap();
-            pairs.extend_from_slice(&dist);
-            ends.push(pairs.len());
-            tokens.push(draft.sample(row).unwrap().token);
-        }
+        let Draft {
+            rows,
+            pairs,
+            ends,
+            tokens,
+        } = draft(k);
         let sparse = Speculation {
             draft: &tokens,
             q: DraftDistribution::Sparse {
@@ -109,19 +132,12 @@ fn bench(c: &mut Criterion) {
 fn paired(_: &mut Criterion) {
     const ROUNDS: usize = 301;
     for k in [4usize, 8] {
-        let rows: Vec<f32> = (0..=k)
-            .flat_map(|i| common::peaked_from(Mix(0x5EC + i as u64), V))
-            .collect();
-        let mut draft = qwen3();
-        let (mut pairs, mut ends, mut tokens) = (Vec::new(), Vec::new(), Vec::<TokenId>::new());
-        let mut dist = Vec::new();
-        for i in 0..k {
-            let row = &rows[i * V..(i + 1) * V];
-            draft.distribution(row, None, &mut dist).unwrap();
-            pairs.extend_from_slice(&dist);
-            ends.push(pairs.len());
-            tokens.push(draft.sample(row).unwrap().token);
-        }
+        let Draft {
+            rows,
+            pairs,
+            ends,
+            tokens,
+        } = draft(k);
         let spec = Speculation {
             draft: &tokens,
             q: DraftDistribution::Sparse {
