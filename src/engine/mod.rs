@@ -29,7 +29,7 @@ use crate::rng::DrawRng;
 use crate::sample::Sample;
 use crate::scratch::Scratch;
 use crate::TokenId;
-use crate::{adjust, bias, draw, greedy, histogram, logprobs, penalty, select, top_p};
+use crate::{adjust, draw, greedy, histogram, logprobs, penalize, select, top_p};
 
 /// Min-p alone sorts the tokens near its threshold directly when there are at most this
 /// many; beyond, it goes through the histogram.
@@ -1001,10 +1001,10 @@ impl Engine {
         c.reset_dense(row.len());
         adjust::convert_checked(row, c.logits_mut())?;
         let logits = c.logits_mut();
-        bias::apply(logits, self.params.logit_bias());
+        penalize::apply_bias(logits, self.params.logit_bias());
         let window = penalty_window(&self.params, &self.seq);
         if !window.is_empty() {
-            penalty::apply(logits, window, &self.params, &mut self.scratch.counts);
+            penalize::apply_penalties(logits, window, &self.params, &mut self.scratch.counts);
         }
         if let Some(mask) = mask {
             mask.apply_prefix(logits);

@@ -379,7 +379,8 @@ impl Overlay {
     }
 
     /// Builds the patches of the logit bias, then of the penalties over `window`, with
-    /// exactly the arithmetic of the dense stages (`bias::apply`, `penalty::apply`).
+    /// exactly the arithmetic of the dense path ([`apply_bias`](crate::penalize::apply_bias),
+    /// [`apply_penalties`](crate::penalize::apply_penalties)).
     /// `counts` must be all zero and is left all zero.
     pub(crate) fn build<T: Logit>(
         &mut self,
@@ -395,9 +396,9 @@ impl Overlay {
         if window.is_empty() || !params.has_penalties() {
             return;
         }
-        crate::penalty::for_each_count(window, counts, |id, c| {
+        crate::penalize::for_each_count(window, counts, |id, c| {
             let x = self.entry(row, id);
-            *x = crate::penalty::penalize(*x, c, params);
+            *x = crate::penalize::penalize(*x, c, params);
         });
     }
 

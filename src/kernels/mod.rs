@@ -8,6 +8,8 @@
 //! - [`mass`] and [`exp`]: the vectorised row mass and the exps with their error bounds;
 //! - [`stats`]: the whole-row mass and entropy, and the moments of the logits, each
 //!   with its error bound (epsilon, eta, top-n-sigma);
+//! - [`penalize`]: the arithmetic of the logit bias and the penalties, on a dense row
+//!   and on the overlay's patches;
 //! - [`greedy`]: the argmax;
 //! - [`exact_sum`]: exact sums of `f64` weights, for the draw's exact decision;
 //! - [`simd`]: run-time dispatch of the passes to AVX2/AVX-512, the crate's only `unsafe`.
@@ -20,6 +22,7 @@ pub(crate) mod exp;
 pub(crate) mod greedy;
 pub(crate) mod histogram;
 pub(crate) mod mass;
+pub(crate) mod penalize;
 pub(crate) mod select;
 pub(crate) mod simd;
 pub(crate) mod stats;

@@ -2,18 +2,6 @@
 
 use crate::TokenId;
 
-/// Adds each bias to its token's logit. Ids were checked against the vocabulary when the
-/// sampler was built. Returns true when some token's logit went down (the maximum may
-/// have to be recomputed).
-pub(crate) fn apply(logits: &mut [f32], bias: &[(TokenId, f32)]) -> bool {
-    let mut lowered = false;
-    for &(id, b) in bias {
-        logits[id as usize] += b;
-        lowered |= b < 0.0;
-    }
-    lowered
-}
-
 /// The logit-bias stage of a [`Chain`](crate::Chain): `l += bias` for each listed token;
 /// `-inf` bans it. A later entry for the same id replaces an earlier one.
 ///
