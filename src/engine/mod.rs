@@ -29,7 +29,7 @@ use crate::rng::DrawRng;
 use crate::sample::Sample;
 use crate::scratch::Scratch;
 use crate::TokenId;
-use crate::{adjust, draw, greedy, histogram, logprobs, penalize, select, top_p};
+use crate::{adjust, draw, greedy, histogram, logprobs, nucleus, penalize, select};
 
 /// Min-p alone sorts the tokens near its threshold directly when there are at most this
 /// many; beyond, it goes through the histogram.
@@ -1462,7 +1462,7 @@ impl Engine {
             let total: f64 = s.weight.iter().sum();
             let mut n = s.cand.len();
             if top_p < 1.0 {
-                if let Some(len) = top_p::prefix_len(&s.weight, p_dec, total) {
+                if let Some(len) = nucleus::prefix_len(&s.weight, p_dec, total) {
                     n = len.max(keep).min(n);
                 }
             }
@@ -1565,10 +1565,10 @@ impl Engine {
                 // The decision stands only if the error of `z` cannot move the target
                 // across either neighbouring cumulative sum.
                 let margin = (!precise).then_some(p_dec * err);
-                let n_p = match top_p::crossing(&s.weight, 0.0, target, margin) {
-                    top_p::Crossing::Undecided => return Ok(None),
-                    top_p::Crossing::At(n) => Some(n),
-                    top_p::Crossing::Short => None,
+                let n_p = match nucleus::crossing(&s.weight, 0.0, target, margin) {
+                    nucleus::Crossing::Undecided => return Ok(None),
+                    nucleus::Crossing::At(n) => Some(n),
+                    nucleus::Crossing::Short => None,
                 };
                 if let Some(n_p) = n_p {
                     let mut n = n_p.max(keep).min(s.cand.len());
@@ -1708,10 +1708,10 @@ impl Engine {
             // The decision stands if neither the fast masses nor the fast total can
             // move the target across either neighbouring cumulative sum.
             let margin = (!precise).then_some(err_before + p_dec * err_total);
-            let n_p = match top_p::crossing(&s.weight, cum_before, target, margin) {
-                top_p::Crossing::At(n) => n,
-                top_p::Crossing::Short if precise => len,
-                top_p::Crossing::Short | top_p::Crossing::Undecided => return Ok(None),
+            let n_p = match nucleus::crossing(&s.weight, cum_before, target, margin) {
+                nucleus::Crossing::At(n) => n,
+                nucleus::Crossing::Short if precise => len,
+                nucleus::Crossing::Short | nucleus::Crossing::Undecided => return Ok(None),
             };
             n = n.min((before + n_p).max(keep));
         }

@@ -8,6 +8,7 @@
 //! - [`mass`] and [`exp`]: the vectorised row mass and the exps with their error bounds;
 //! - [`stats`]: the whole-row mass and entropy, and the moments of the logits, each
 //!   with its error bound (epsilon, eta, top-n-sigma);
+//! - [`nucleus`]: the top-p prefix, where a cumulative weight reaches its target;
 //! - [`penalize`]: the arithmetic of the logit bias and the penalties, on a dense row
 //!   and on the overlay's patches;
 //! - [`greedy`]: the argmax;
@@ -22,6 +23,7 @@ pub(crate) mod exp;
 pub(crate) mod greedy;
 pub(crate) mod histogram;
 pub(crate) mod mass;
+pub(crate) mod nucleus;
 pub(crate) mod penalize;
 pub(crate) mod select;
 pub(crate) mod simd;
