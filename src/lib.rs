@@ -298,7 +298,9 @@ pub mod testing;
 // The modules' short paths inside the crate (`crate::chain`, `crate::simd`, ...): the
 // folders above say which floor a module belongs to.
 use engine::{candidates, chain, sampler, scratch, sequence_sampler};
-use kernels::{adjust, exp, greedy, histogram, mass, nucleus, penalize, select, simd, stats};
+use kernels::{
+    adjust, exp, floor_band, greedy, histogram, mass, nucleus, penalize, select, simd, stats,
+};
 use sequence::{batch, draw, history, logprobs, rng, sample};
 use stages::{
     allowed_tokens, bad_words, bias, classifier_free_guidance, dry, dynamic_temperature,

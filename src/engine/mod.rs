@@ -760,21 +760,21 @@ impl Engine {
                 let zp: f64 = ov.patch.iter().map(|p| scaled(p.1, max, 1.0).exp()).sum();
                 // (The patches' `f64` weights within a few ulps.)
                 let err = err + 8.0 * crate::stats::U64 * zp;
-                crate::epsilon_cutoff::floor_band(cut, z + zp, err, n, max)
+                crate::floor_band::epsilon(cut, z + zp, err, n, max)
             }
             Floor::Eta { epsilon, .. } => {
                 let mut e = crate::simd::row_entropy(row, marks, max);
                 for &(_, l) in &ov.patch {
                     e.add_exact(l, max);
                 }
-                crate::eta_cutoff::floor_band(crate::as_decimal(epsilon), &e, n, max)
+                crate::floor_band::eta(crate::as_decimal(epsilon), &e, n, max)
             }
             Floor::TopNSigma { n: k } => {
                 let mut m = crate::simd::row_moments(row, marks, max);
                 for &(_, l) in &ov.patch {
                     m.add(l, max);
                 }
-                crate::top_n_sigma::floor_band(k, &m, n, max)
+                crate::floor_band::top_n_sigma(k, &m, n, max)
             }
         };
         let Some((lo, hi)) = band else {

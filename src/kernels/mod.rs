@@ -11,6 +11,8 @@
 //! - [`nucleus`]: the top-p prefix, where a cumulative weight reaches its target;
 //! - [`penalize`]: the arithmetic of the logit bias and the penalties, on a dense row
 //!   and on the overlay's patches;
+//! - [`floor_band`]: the bounds on the floors of epsilon, eta and top-n-sigma that
+//!   those statistics give;
 //! - [`greedy`]: the argmax;
 //! - [`exact_sum`]: exact sums of `f64` weights, for the draw's exact decision;
 //! - [`simd`]: run-time dispatch of the passes to AVX2/AVX-512, the crate's only `unsafe`.
@@ -20,6 +22,7 @@
 pub(crate) mod adjust;
 pub(crate) mod exact_sum;
 pub(crate) mod exp;
+pub(crate) mod floor_band;
 pub(crate) mod greedy;
 pub(crate) mod histogram;
 pub(crate) mod mass;

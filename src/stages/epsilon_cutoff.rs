@@ -4,7 +4,6 @@
 use crate::candidates::Candidates;
 use crate::chain::{Stage, StageContext};
 use crate::error::Error;
-use crate::stats::U64;
 
 /// Removes the candidates whose probability `w / total` is below `cut`, except those
 /// whose logit is at least the `min_keep`-th largest (ties kept), as Hugging Face's
@@ -34,24 +33,6 @@ pub(crate) fn cut_below(
         i += 1;
         l > f32::NEG_INFINITY && (w / total >= cut || l >= floor)
     });
-}
-
-/// Bounds `[lo, hi]` on the logit floor of a probability cut at `cut`, from the fast
-/// mass `z` (within `z_err`) of the row (maximum `max`, `n` entries): a token with `l >= hi` has
-/// `w / total >= cut` and one with `l < lo` has not, both in exact arithmetic and in the
-/// `f64` arithmetic of [`cut_below`] (whose own rounding the band covers: the weights
-/// within an ulp, the total within `(n + 2) 2^-53` of itself). `None` when the bound on
-/// the mass leaves it unknown.
-pub(crate) fn floor_band(cut: f64, z: f64, z_err: f64, n: usize, max: f32) -> Option<(f64, f64)> {
-    let dz = z_err + 4.0 * (n as f64 + 2.0) * U64 * z;
-    if !(z - dz > 0.0 && cut > 0.0) {
-        return None;
-    }
-    let lo = cut.ln() + (z - dz).ln();
-    let hi = cut.ln() + (z + dz).ln();
-    let max = f64::from(max);
-    let slack = 16.0 * U64 * (max.abs() + lo.abs().max(hi.abs()) + 1.0);
-    Some((max + lo - slack, max + hi + slack))
 }
 
 /// The epsilon-cutoff stage of a [`Chain`](crate::Chain) (Hugging Face `epsilon_cutoff`).

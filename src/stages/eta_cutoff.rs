@@ -5,32 +5,7 @@ use crate::candidates::Candidates;
 use crate::chain::{Stage, StageContext};
 use crate::epsilon_cutoff::cut_below;
 use crate::error::Error;
-use crate::stats::{Entropy, U64};
 use crate::typical_p::entropy;
-
-/// Bounds `[lo, hi]` on the logit floor of the eta cutoff with `epsilon`, from the fast
-/// statistics `e` of the row (maximum `max`, `n` entries): the entropy `ln z + s / z`
-/// within the bounds of `z` and `s`, widened by the rounding of the `f64` entropy of
-/// [`entropy`] (`4 (n + 2) 2^-53` of its magnitude), gives bounds on `eta`, and then
-/// [`floor_band`](crate::epsilon_cutoff::floor_band) on the floor. `None` when the
-/// bounds leave the entropy unknown.
-pub(crate) fn floor_band(epsilon: f64, e: &Entropy, n: usize, max: f32) -> Option<(f64, f64)> {
-    let (z_lo, z_hi) = (e.z - e.z_err, e.z + e.z_err);
-    if z_lo.is_nan() || z_lo <= 0.0 {
-        return None;
-    }
-    let (s_lo, s_hi) = ((e.s - e.s_err).max(0.0), e.s + e.s_err);
-    let h = e.z.ln() + e.s / e.z;
-    let r = 4.0 * (n as f64 + 2.0) * U64 * (1.0 + h.abs() + e.z.ln().abs()) + 1e-15;
-    let h_lo = z_lo.ln() + s_lo / z_hi - r;
-    let h_hi = z_hi.ln() + s_hi / z_lo + r;
-    let eta = |h: f64| epsilon.min(epsilon.sqrt() * (-h).exp());
-    // `eta` decreases with the entropy; `exp` and `sqrt` within a few ulps.
-    let (eta_lo, eta_hi) = (eta(h_hi) * (1.0 - 8.0 * U64), eta(h_lo) * (1.0 + 8.0 * U64));
-    let (lo, _) = crate::epsilon_cutoff::floor_band(eta_lo, e.z, e.z_err, n, max)?;
-    let (_, hi) = crate::epsilon_cutoff::floor_band(eta_hi, e.z, e.z_err, n, max)?;
-    Some((lo, hi))
-}
 
 /// The eta-cutoff stage of a [`Chain`](crate::Chain) (Hugging Face `eta_cutoff`): an
 /// entropy-dependent epsilon cutoff.

@@ -5,39 +5,6 @@ use crate::chain::{Stage, StageContext};
 use crate::error::Error;
 use crate::history::History;
 use crate::processor::LogitsProcessor;
-use crate::stats::{Moments, U64};
-
-/// Bounds `[lo, hi]` on the floor of [`threshold`] from the fast moments `m` of the row
-/// about its maximum `max` (`n` entries): a token with `l >= hi` is kept and one with
-/// `l < lo` is removed, in exact arithmetic and in [`threshold`]'s `f64` arithmetic.
-///
-/// The variance is `sum_sq / count - (sum / count)^2` (moments about any point give
-/// it); its uncertainty adds the lane sums' bounds, the rounding of [`threshold`]'s mean
-/// (within `(count + 1) 2^-53` of the largest magnitude, which moves its variance by the
-/// square of that error) and of its sum of squares (`(count + 4) 2^-53` of it). `None`
-/// for fewer than two finite entries (where [`threshold`] cuts nothing).
-pub(crate) fn floor_band(n: f32, m: &Moments, rows: usize, max: f32) -> Option<(f64, f64)> {
-    if m.count < 2 {
-        return None;
-    }
-    let c = m.count as f64;
-    let (e1, e2) = m.errors(rows);
-    let mean = m.sum / c;
-    let var = (m.sum_sq / c - mean * mean).max(0.0);
-    let magnitude = f64::from(max).abs().max((f64::from(max) + m.lowest).abs());
-    let dm = (c + 1.0) * U64 * magnitude;
-    let ev = e2 / c
-        + 2.0 * mean.abs() * (e1 / c)
-        + (e1 / c).powi(2)
-        + 4.0 * U64 * (m.sum_sq / c + mean * mean)
-        + (c + 4.0) * U64 * (var + dm * dm) * 1.01
-        + 1.01 * dm * dm;
-    let (s_lo, s_hi) = ((var - ev).max(0.0).sqrt(), (var + ev).sqrt());
-    let n = f64::from(n);
-    let max = f64::from(max);
-    let slack = 8.0 * U64 * (max.abs() + n * s_hi);
-    Some((max - n * s_hi - slack, max - n * s_lo + slack))
-}
 
 /// The lowest logit kept: `max - n * sigma` over the finite logits (`f64`), or `None`
 /// when fewer than two are finite (nothing to cut).
