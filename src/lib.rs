@@ -297,7 +297,7 @@ pub mod testing;
 
 // The modules' short paths inside the crate (`crate::chain`, `crate::simd`, ...): the
 // folders above say which floor a module belongs to.
-use engine::{candidates, chain, sampler, scratch, sequence_sampler};
+use engine::{candidates, chain, processor, sampler, scratch, sequence_sampler};
 use kernels::{
     adjust, exp, floor_band, greedy, histogram, mass, nucleus, penalize, select, simd, stats,
 };
@@ -306,9 +306,9 @@ use stages::{
     allowed_tokens, bad_words, bias, classifier_free_guidance, dry, dynamic_temperature,
     encoder_no_repeat_ngram, encoder_repetition_penalty, epsilon_cutoff, eta_cutoff,
     exponential_decay_length_penalty, forced_bos, forced_eos, min_new_tokens, min_p, mirostat,
-    no_repeat_ngram, normalized_repetition_penalty, penalty, processor, sequence_bias,
-    suppress_tokens, suppress_tokens_at_begin, temperature, token_list, top_h, top_k, top_n_sigma,
-    top_p, typical_p, watermark, xtc,
+    no_repeat_ngram, normalized_repetition_penalty, penalty, sequence_bias, suppress_tokens,
+    suppress_tokens_at_begin, temperature, token_list, top_h, top_k, top_n_sigma, top_p, typical_p,
+    watermark, xtc,
 };
 
 pub use allowed_tokens::AllowedTokens;

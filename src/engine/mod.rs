@@ -12,6 +12,7 @@
 
 pub(crate) mod candidates;
 pub(crate) mod chain;
+pub(crate) mod processor;
 pub(crate) mod sampler;
 pub(crate) mod scratch;
 pub(crate) mod sequence_sampler;

@@ -26,7 +26,6 @@ pub(crate) mod mirostat;
 pub(crate) mod no_repeat_ngram;
 pub(crate) mod normalized_repetition_penalty;
 pub(crate) mod penalty;
-pub(crate) mod processor;
 pub(crate) mod sequence_bias;
 pub(crate) mod suppress_tokens;
 pub(crate) mod suppress_tokens_at_begin;
