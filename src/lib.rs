@@ -254,6 +254,30 @@
 //!   read into [`SamplingParams`], stop conditions and the rest, with an error naming
 //!   each bad field; `Serialize`/`Deserialize` for the data types.
 //!
+//! # Where things go
+//!
+//! The source is in layers, each using only itself and the layers before it (a test,
+//! `tests/layering.rs`, reads the source and fails on an import that reaches up):
+//!
+//! 1. the base: `element` (the row types), `mask`, `params`, `error`, `decimal`;
+//! 2. `src/kernels`: passes over a row and the arithmetic on their results (loading and
+//!    checks, selection, the histogram, the mass and exps, the statistics, the floor
+//!    bands, the top-p prefix, the bias and penalty arithmetic, exact sums, SIMD
+//!    dispatch);
+//! 3. `src/sequence`: a sequence's state (history, the draw's random numbers, the exact
+//!    draw, samples and logprobs); only the batch, which holds samplers, sits above the
+//!    engine;
+//! 4. `src/engine`: the [`Stage`] and [`LogitsProcessor`] interfaces, the
+//!    [`Candidates`], the planner, and the [`Sampler`] and [`Chain`] that run on it;
+//! 5. `src/stages`: one file per sampler.
+//!
+//! A new sampler is a new file in `src/stages/`: a [`Stage`] on the [`Candidates`] (and
+//! a [`LogitsProcessor`] if it only adjusts the row), which may call any kernel (the
+//! statistics for a whole-row quantity, the top-p prefix, the penalty arithmetic, ...).
+//! The engine never names a stage: it plans the built-in ones from what their
+//! `lowering` says, and arithmetic the planner shares with a stage goes in a kernel
+//! file named for what it computes.
+//!
 //! # Safety
 //!
 //! The only `unsafe` code is in the module that runs the exp passes, the

@@ -17,7 +17,9 @@
 //! - [`exact_sum`]: exact sums of `f64` weights, for the draw's exact decision;
 //! - [`simd`]: run-time dispatch of the passes to AVX2/AVX-512, the crate's only `unsafe`.
 //!
-//! A new sampler uses these through the engine; it does not need to call them directly.
+//! The kernels use only the base modules (element, mask, params, error, decimal) and each
+//! other, never the engine, a stage or the sequence state. A stage may call them
+//! directly; most samplers need them only through the engine.
 
 pub(crate) mod adjust;
 pub(crate) mod exact_sum;
