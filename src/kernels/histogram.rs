@@ -23,7 +23,7 @@ use crate::adjust::{is_marked, lane_marks_if, load, Overlay, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{exp_neg, exp_neg_f32, F32_ABS_ERROR, F32_REL_ERROR};
 use crate::mask::BITS;
-use crate::select::order;
+use crate::order::order;
 use crate::TokenId;
 
 /// Number of buckets.

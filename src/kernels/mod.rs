@@ -8,6 +8,7 @@
 //! - [`mass`] and [`exp`]: the vectorised row mass and the exps with their error bounds;
 //! - [`stats`]: the whole-row mass and entropy, and the moments of the logits, each
 //!   with its error bound (epsilon, eta, top-n-sigma);
+//! - [`order`]: the candidates' order (the draw order);
 //! - [`nucleus`]: the top-p prefix, where a cumulative weight reaches its target;
 //! - [`penalize`]: the arithmetic of the logit bias and the penalties, on a dense row
 //!   and on the overlay's patches;
@@ -29,6 +30,7 @@ pub(crate) mod greedy;
 pub(crate) mod histogram;
 pub(crate) mod mass;
 pub(crate) mod nucleus;
+pub(crate) mod order;
 pub(crate) mod penalize;
 pub(crate) mod select;
 pub(crate) mod simd;

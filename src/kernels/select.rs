@@ -1,18 +1,13 @@
 //! Selection: the `k` largest logits of a row in one pass (top-k, greedy, and top-p's
-//! candidates), ties at the k-th value broken by lower id, and the candidates' order.
+//! candidates), ties at the k-th value broken by lower id, in the candidates' order
+//! ([`order`], defined in [`crate::order`] and re-exported here).
 
+pub(crate) use crate::order::order;
 use crate::TokenId;
 
 /// Below this `k`, selection keeps a sorted buffer with a running threshold; above it,
 /// it uses `select_nth_unstable` on all candidates.
 pub(crate) const SMALL_K: usize = 256;
-
-/// Orders candidates: logit descending, then id ascending. `-0.0` and `0.0` are the same
-/// logit (adding `0.0` turns `-0.0` into `0.0`), so they tie and the lower id comes first.
-#[inline]
-pub(crate) fn order(a: &(f32, TokenId), b: &(f32, TokenId)) -> std::cmp::Ordering {
-    (b.0 + 0.0).total_cmp(&(a.0 + 0.0)).then(a.1.cmp(&b.1))
-}
 
 /// Writes the `k` best finite entries of `logits` into `out`, sorted by [`order`].
 ///
