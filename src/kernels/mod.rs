@@ -3,6 +3,8 @@
 //! - [`adjust`]: loading a row (`f16`/`bf16` converted in registers), its checks, and the
 //!   overlay of patches and marks that stands for bias, penalties and a mask;
 //! - [`select`]: the `k` best entries in one pass (top-k, greedy, top-p's candidates);
+//! - [`scan`]: the per-block bodies of selection's passes (the running-threshold scan,
+//!   the bits of the entries above a threshold);
 //! - [`histogram`]: the buckets of the distance below the maximum (flat top-p, min-p, the
 //!   plain draw);
 //! - [`mass`] and [`exp`]: the vectorised row mass and the exps with their error bounds;
@@ -32,6 +34,7 @@ pub(crate) mod mass;
 pub(crate) mod nucleus;
 pub(crate) mod order;
 pub(crate) mod penalize;
+pub(crate) mod scan;
 pub(crate) mod select;
 pub(crate) mod simd;
 pub(crate) mod stats;

@@ -3,6 +3,7 @@
 //! ([`order`], defined in [`crate::order`] and re-exported here).
 
 pub(crate) use crate::order::order;
+use crate::scan::GROUP;
 use crate::TokenId;
 
 /// Below this `k`, selection keeps a sorted buffer with a running threshold; above it,
@@ -270,58 +271,6 @@ fn collect_above<T: crate::element::Logit, const MARKS: bool>(
     Ok(found)
 }
 
-/// How many blocks [`collect_above`] marks before it visits their bits: the bits fit in
-/// 2 KiB of stack.
-pub(crate) const GROUP: usize = 256;
-
-/// For each whole block of `part`, the bits of its entries above `threshold` that `marks`
-/// (token `i` of `part` at bit `i % 32` of `marks[i / 32]`, or none) does not mark, entry
-/// `j` of the block at bit `j`, into `masks`; every entry read joins the lane sums `sum`.
-/// No branch depends on the entries. Run through
-/// [`simd::block_masks`](crate::simd::block_masks), which compiles it for wider vectors.
-#[inline(always)]
-pub(crate) fn block_masks_portable<T: crate::element::Logit>(
-    part: &[T],
-    marks: Option<&[u32]>,
-    threshold: f32,
-    sum: &mut [f32; crate::adjust::LANES],
-    masks: &mut [u64; GROUP],
-) {
-    match marks {
-        None => block_masks_with::<T, false>(part, &[], threshold, sum, masks),
-        Some(m) => block_masks_with::<T, true>(part, m, threshold, sum, masks),
-    }
-}
-
-/// [`block_masks_portable`], with the test of the marks compiled in or out.
-#[inline(always)]
-fn block_masks_with<T: crate::element::Logit, const MARKS: bool>(
-    part: &[T],
-    marks: &[u32],
-    threshold: f32,
-    sum: &mut [f32; crate::adjust::LANES],
-    masks: &mut [u64; GROUP],
-) {
-    use crate::adjust::{lane_marks_if, load, BLOCK, LANES};
-    let mut acc = *sum;
-    for (b, block) in part.chunks_exact(BLOCK).take(GROUP).enumerate() {
-        let mut bits = 0u64;
-        for (c, chunk) in block.chunks_exact(LANES).enumerate() {
-            let v = load(chunk);
-            let mut w = [0u32; LANES];
-            for j in 0..LANES {
-                acc[j] += v[j];
-                w[j] = u32::from(v[j] > threshold) << j;
-            }
-            let above = w.iter().fold(0, |a, &x| a | x);
-            let unmarked = !lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES) & 0xffff;
-            bits |= u64::from(above & unmarked) << (c * LANES);
-        }
-        masks[b] = bits;
-    }
-    *sum = acc;
-}
-
 /// Sorts the `rest` of a [`select_buffered`] and appends it to the candidates it chose,
 /// which it continues: the candidates are then the best `out.len()` entries, in order.
 pub(crate) fn append_rest(rest: &mut Vec<u64>, out: &mut Vec<(f32, TokenId)>) {
@@ -370,8 +319,9 @@ fn keep_best(keys: &mut Vec<u64>, k: usize) -> f32 {
 
 /// The first block of `row[from..whole]` (whole blocks; `from` a multiple of `BLOCK`)
 /// holding an entry above `threshold` that `marks` does not mark, adding every entry read
-/// into the lane sums `sum`: [`scan_portable`] or [`scan_marked_portable`], on the
-/// widest vectors the CPU has.
+/// into the lane sums `sum`: [`scan_portable`](crate::scan::scan_portable) or
+/// [`scan_marked_portable`](crate::scan::scan_marked_portable), on the widest vectors the
+/// CPU has.
 #[inline]
 fn scan_from<T: crate::element::Logit>(
     row: &[T],
@@ -385,65 +335,6 @@ fn scan_from<T: crate::element::Logit>(
         None => crate::simd::scan(&row[from..whole], threshold, sum),
         Some(m) => crate::simd::scan_marked(&row[from..whole], &m[from / 32..], threshold, sum),
     }
-}
-
-/// The index of the first block of `part` (whole blocks) holding an entry above
-/// `threshold`, adding every entry read into the lane sums `sum`. The hot loop of
-/// [`select_row`]: it keeps nothing but lane maxima and sums in registers. Run through
-/// [`simd::scan`](crate::simd::scan), which compiles it for wider vectors.
-#[inline(always)]
-pub(crate) fn scan_portable<T: crate::element::Logit>(
-    part: &[T],
-    threshold: f32,
-    sum: &mut [f32; crate::adjust::LANES],
-) -> Option<usize> {
-    scan_with::<T, false>(part, &[], threshold, sum)
-}
-
-/// [`scan_portable`] with the entries whose bit is set in `marks` (token `i` of `part`
-/// at bit `i % 32` of `marks[i / 32]`) left out of the maxima, so that a block whose
-/// only entries above the threshold are marked costs no more than any other. The sums
-/// still take every entry. Run through [`simd::scan_marked`](crate::simd::scan_marked).
-#[inline(always)]
-pub(crate) fn scan_marked_portable<T: crate::element::Logit>(
-    part: &[T],
-    marks: &[u32],
-    threshold: f32,
-    sum: &mut [f32; crate::adjust::LANES],
-) -> Option<usize> {
-    scan_with::<T, true>(part, marks, threshold, sum)
-}
-
-/// The loop of both scans, with the test of the marks compiled in or out.
-#[inline(always)]
-fn scan_with<T: crate::element::Logit, const MARKS: bool>(
-    part: &[T],
-    marks: &[u32],
-    threshold: f32,
-    sum: &mut [f32; crate::adjust::LANES],
-) -> Option<usize> {
-    use crate::adjust::{lane_marks_if, load, BLOCK, LANES};
-    use crate::mask::BITS;
-    let mut acc = *sum;
-    let mut found = None;
-    for (b, block) in part.chunks_exact(BLOCK).enumerate() {
-        let mut m = [f32::NEG_INFINITY; LANES];
-        for (c, chunk) in block.chunks_exact(LANES).enumerate() {
-            let v = load(chunk);
-            let bits = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
-            for j in 0..LANES {
-                acc[j] += v[j];
-                let take = v[j] > m[j] && bits & BITS[j] == 0;
-                m[j] = if take { v[j] } else { m[j] };
-            }
-        }
-        if m.iter().any(|&x| x > threshold) {
-            found = Some(b);
-            break;
-        }
-    }
-    *sum = acc;
-    found
 }
 
 /// Inserts the entries of `part` (ids from `base`) that beat the running threshold and

@@ -7,8 +7,8 @@
 //! when the same code is compiled for wider vectors. Measured on 151,936 logits (the
 //! vectorised `f32` exp and its sum, as in [`mass::fast`]): 174 us with SSE2, 93 us with
 //! AVX2, 57 us with AVX-512. The running-threshold scan of greedy and top-k
-//! ([`select::scan_portable`]: a maximum and a sum per entry, and
-//! [`select::scan_marked_portable`], the same leaving a mask's marked entries out) is
+//! ([`scan::scan_portable`]: a maximum and a sum per entry, and
+//! [`scan::scan_marked_portable`], the same leaving a mask's marked entries out) is
 //! compute-bound at SSE2's width: greedy took 12.4 us against 8.9 us with AVX-512, where
 //! reading the row takes 8.1 us. The precise row mass ([`mass::precise`], in `f64`, for
 //! a top-p decision within the fast bound) takes 600 us with SSE2 and 170 us with
@@ -32,11 +32,16 @@
 //! One pass is written by hand for each width instead: [`block_masks`], which turns a
 //! comparison of 16 entries into 16 bits. Compiled from the portable code, the bits are
 //! assembled lane by lane; the comparison's mask instructions give them at once. Top-p's
-//! candidate collection ([`select::select_buffered`]) took 107 us on a peaked row it had
-//! seen thousands of times and 175 us on rows it had not (the branch predictor learns a
-//! row's pattern of entries above the threshold); with the bits, 89 us either way. The
-//! copies compute the same bits and sums as the portable code, which the test below
-//! checks.
+//! candidate collection ([`select_buffered`](crate::select::select_buffered)) took
+//! 107 us on a peaked row it had seen thousands of times and 175 us on rows it had not
+//! (the branch predictor learns a row's pattern of entries above the threshold); with the
+//! bits, 89 us either way. The copies compute the same bits and sums as the portable
+//! code, which the test below checks.
+//!
+//! Among the kernels, this module sits above the bodies it compiles ([`histogram`],
+//! [`mass`], [`stats`], [`scan`]), which never call it, and below its callers (the
+//! engine, and [`select`](crate::select) for the scans and the bits): the dispatch adds
+//! no circle between the files.
 //!
 //! This is the crate's only `unsafe` code: calling a `#[target_feature]` function from
 //! code compiled without that feature, and the unaligned vector loads and stores of
@@ -50,7 +55,7 @@ use crate::adjust::{Overlay, LANES};
 use crate::element::Logit;
 use crate::histogram::{self, Frame};
 use crate::mass;
-use crate::select;
+use crate::scan;
 use crate::stats;
 use crate::TokenId;
 
@@ -193,21 +198,21 @@ dispatch!(
 );
 
 dispatch!(
-    /// [`select::scan_portable`], the running-threshold scan of greedy and top-k, on the
+    /// [`scan::scan_portable`], the running-threshold scan of greedy and top-k, on the
     /// widest vectors the CPU has.
-    scan, scan_avx2, scan_avx512, select::scan_portable,
+    scan, scan_avx2, scan_avx512, scan::scan_portable,
     fn<T>(part: &[T], threshold: f32, sum: &mut [f32; crate::adjust::LANES]) -> Option<usize>
 );
 
 dispatch!(
-    /// [`select::scan_marked_portable`], the scan under marks, on the widest vectors the
+    /// [`scan::scan_marked_portable`], the scan under marks, on the widest vectors the
     /// CPU has.
-    scan_marked, scan_marked_avx2, scan_marked_avx512, select::scan_marked_portable,
+    scan_marked, scan_marked_avx2, scan_marked_avx512, scan::scan_marked_portable,
     fn<T>(part: &[T], marks: &[u32], threshold: f32, sum: &mut [f32; crate::adjust::LANES])
         -> Option<usize>
 );
 
-/// [`select::block_masks_portable`], the bits of the entries above a threshold, on the
+/// [`scan::block_masks_portable`], the bits of the entries above a threshold, on the
 /// widest vectors the CPU has. The wide copies are written with the comparison's mask
 /// instructions (`vcmpps` into a mask register, `vmovmskps`): compiled from the portable
 /// code, the bits are assembled lane by lane. Every copy computes the same bits and the
@@ -217,7 +222,7 @@ pub(crate) fn block_masks<T: Logit>(
     marks: Option<&[u32]>,
     threshold: f32,
     sum: &mut [f32; LANES],
-    masks: &mut [u64; select::GROUP],
+    masks: &mut [u64; scan::GROUP],
 ) {
     match (level(), marks) {
         // SAFETY: `level` found the CPU supports AVX-512 F, BW and VL, and FMA.
@@ -240,7 +245,7 @@ pub(crate) fn block_masks<T: Logit>(
         (Level::Avx2, Some(m)) => unsafe {
             block_masks_avx2::<T, true>(part, m, threshold, sum, masks)
         },
-        _ => select::block_masks_portable(part, marks, threshold, sum, masks),
+        _ => scan::block_masks_portable(part, marks, threshold, sum, masks),
     }
 }
 
@@ -252,14 +257,14 @@ fn block_masks_avx512<T: Logit, const MARKS: bool>(
     marks: &[u32],
     threshold: f32,
     sum: &mut [f32; LANES],
-    masks: &mut [u64; select::GROUP],
+    masks: &mut [u64; scan::GROUP],
 ) {
     use std::arch::x86_64::*;
     const _: () = assert!(LANES == 16);
     let t = _mm512_set1_ps(threshold);
     // SAFETY: `sum` holds 16 `f32`, the width of one unaligned load and store.
     let mut acc = unsafe { _mm512_loadu_ps(sum.as_ptr()) };
-    for (b, block) in part.chunks_exact(BLOCK).take(select::GROUP).enumerate() {
+    for (b, block) in part.chunks_exact(BLOCK).take(scan::GROUP).enumerate() {
         let mut bits = 0u64;
         for (c, chunk) in block.chunks_exact(LANES).enumerate() {
             let v = load(chunk);
@@ -285,7 +290,7 @@ fn block_masks_avx2<T: Logit, const MARKS: bool>(
     marks: &[u32],
     threshold: f32,
     sum: &mut [f32; LANES],
-    masks: &mut [u64; select::GROUP],
+    masks: &mut [u64; scan::GROUP],
 ) {
     use std::arch::x86_64::*;
     const _: () = assert!(LANES == 16);
@@ -297,7 +302,7 @@ fn block_masks_avx2<T: Logit, const MARKS: bool>(
             _mm256_loadu_ps(sum.as_ptr().add(8)),
         )
     };
-    for (b, block) in part.chunks_exact(BLOCK).take(select::GROUP).enumerate() {
+    for (b, block) in part.chunks_exact(BLOCK).take(scan::GROUP).enumerate() {
         let mut bits = 0u64;
         for (c, chunk) in block.chunks_exact(LANES).enumerate() {
             let v = load(chunk);
@@ -437,7 +442,7 @@ mod tests {
             for threshold in [f32::NEG_INFINITY, max - 1.0, max, f32::INFINITY] {
                 let lanes = |s: &[f32; crate::adjust::LANES]| s.map(f32::to_bits);
                 let mut s1 = [0.0f32; crate::adjust::LANES];
-                let r1 = select::scan_marked_portable(&row[..whole], marks, threshold, &mut s1);
+                let r1 = scan::scan_marked_portable(&row[..whole], marks, threshold, &mut s1);
                 // SAFETY: each copy runs only when the CPU was found to support it.
                 unsafe {
                     if avx2 {
@@ -456,12 +461,12 @@ mod tests {
             }
             // The bits of the entries above a threshold: each against its entry, and
             // every copy the same bits and sums.
-            let part = &row[..whole.min(select::GROUP * BLOCK)];
+            let part = &row[..whole.min(scan::GROUP * BLOCK)];
             for threshold in [f32::NEG_INFINITY, max - 1.0, max, f32::INFINITY] {
                 for marks in [None, Some(marks)] {
                     let lanes = |s: &[f32; LANES]| s.map(f32::to_bits);
-                    let (mut s1, mut m1) = ([0.5f32; LANES], [7u64; select::GROUP]);
-                    select::block_masks_portable(part, marks, threshold, &mut s1, &mut m1);
+                    let (mut s1, mut m1) = ([0.5f32; LANES], [7u64; scan::GROUP]);
+                    scan::block_masks_portable(part, marks, threshold, &mut s1, &mut m1);
                     for (i, &l) in part.iter().enumerate() {
                         let marked = marks.is_some_and(|m| crate::adjust::is_marked(m, i));
                         let bit = m1[i / BLOCK] >> (i % BLOCK) & 1;
@@ -470,7 +475,7 @@ mod tests {
                     let m = marks.unwrap_or(&[]);
                     let blocks = part.len() / BLOCK;
                     for level in [Level::Avx2, Level::Avx512] {
-                        let (mut s2, mut m2) = ([0.5f32; LANES], [7u64; select::GROUP]);
+                        let (mut s2, mut m2) = ([0.5f32; LANES], [7u64; scan::GROUP]);
                         let (s2r, m2r) = (&mut s2, &mut m2);
                         // SAFETY: each copy runs only when the CPU supports it.
                         unsafe {
@@ -498,7 +503,7 @@ mod tests {
             for threshold in [f32::NEG_INFINITY, max - 1.0, max, f32::INFINITY] {
                 let lanes = |s: &[f32; crate::adjust::LANES]| s.map(f32::to_bits);
                 let mut s1 = [0.0f32; crate::adjust::LANES];
-                let r1 = select::scan_portable(&row[..whole], threshold, &mut s1);
+                let r1 = scan::scan_portable(&row[..whole], threshold, &mut s1);
                 // SAFETY: each copy runs only when the CPU was found to support it.
                 unsafe {
                     if avx2 {
