@@ -1,8 +1,10 @@
 //! The crate's layers, checked on its source: the kernels (`src/kernels`) use only the
 //! base modules (element, error, mask, params, decimal) and each other; the engine
 //! (`src/engine`) uses the kernels and the sequence state, never a stage; the stages
-//! (`src/stages`) sit on both. A file that reaches up a layer fails here, naming the
-//! file and the module it reaches.
+//! (`src/stages`) sit on both. Inside the kernels the imports form no circle (the SIMD
+//! dispatch sits above the bodies it compiles and below the passes that call it), and
+//! `unsafe` code is only in `src/kernels/simd.rs`. A file that reaches up a layer fails
+//! here, naming the file and the module it reaches.
 //!
 //! Modules are named as the code names them: the short paths that `src/lib.rs` declares
 //! (`use kernels::{adjust, ...}`), the folders' own names (`crate::engine::...`), and
@@ -433,4 +435,82 @@ fn the_sequence_state_is_below_the_engine() {
         "sequence state reaches the engine or a stage:\n{}",
         bad.join("\n")
     );
+}
+
+/// The first circle of `graph` (`a -> b -> ... -> a`), if any.
+fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut c = path[at..].to_vec();
+            c.push(node.to_string());
+            return Some(c);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_kernels_form_no_circle() {
+    let sources = sources();
+    let kernels: BTreeMap<String, &String> = sources
+        .iter()
+        .filter(|(p, _)| p.starts_with("kernels/") && !p.ends_with("/mod.rs"))
+        .map(|(p, text)| (Lib::module_of_file(p), text))
+        .collect();
+    let graph: BTreeMap<String, BTreeSet<String>> = kernels
+        .iter()
+        .map(|(me, text)| {
+            let uses = crate_paths(&without_tests(&code(text)))
+                .into_iter()
+                .filter(|n| n != me && kernels.contains_key(n))
+                .collect();
+            (me.clone(), uses)
+        })
+        .collect();
+    // The dispatch is between the bodies it compiles and the passes that call it.
+    assert!(graph["simd"].contains("histogram") && graph["select"].contains("simd"));
+    assert_eq!(circle(&graph), None, "{graph:#?}");
+    let mut with_circle = graph.clone();
+    with_circle
+        .get_mut("scan")
+        .unwrap()
+        .insert("simd".to_string());
+    assert!(circle(&with_circle).is_some(), "the check finds a circle");
+}
+
+#[test]
+fn unsafe_code_is_only_in_the_simd_dispatch() {
+    for (path, text) in sources() {
+        if path == "kernels/simd.rs" {
+            continue;
+        }
+        let code = code(&text);
+        let found = code.match_indices("unsafe").any(|(at, _)| {
+            let before = code[..at].chars().next_back();
+            let after = code[at + "unsafe".len()..].chars().next();
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            !word(before) && !word(after)
+        });
+        assert!(!found, "src/{path} has unsafe code");
+    }
 }
