@@ -1,16 +1,12 @@
 //! [`Chain`]: an explicit, user-ordered sequence of stages ending in one draw.
 
 use crate::candidates::Candidates;
-use crate::element::Logit;
 use crate::engine::{End, Engine, Plan};
 use crate::error::Error;
 use crate::history::History;
-use crate::logprobs::LogprobKind;
-use crate::mask::TokenMask;
 use crate::params::{SamplingParams, MAX_LOGPROBS};
 use crate::processor::{LogitsProcessor, ProcessorStage};
 use crate::rng::DrawRng;
-use crate::sample::Sample;
 use crate::sequence_sampler::BanMask;
 use crate::TokenId;
 
@@ -218,7 +214,7 @@ pub(crate) mod lower {
 /// and its buffers. [`fork`](Self::fork) clones with a derived seed, for `n` samples of
 /// one prompt; [`reset`](Self::reset) and [`set_seed`](Self::set_seed) start a new
 /// request on a warm chain; [`sample_banned`](Self::sample_banned) bans a few tokens for
-/// one step without building a [`TokenMask`].
+/// one step without building a [`TokenMask`](crate::TokenMask).
 #[derive(Clone, Debug)]
 pub struct Chain {
     pub(crate) engine: Engine,
@@ -237,6 +233,8 @@ pub struct ChainBuilder {
     seed: u64,
     logprobs: Option<usize>,
 }
+
+crate::sequence_sampler::sequence_methods!(Chain);
 
 impl Chain {
     /// A builder for a chain over a vocabulary of `vocab_size` tokens.
@@ -263,54 +261,6 @@ impl Chain {
             .iter()
             .map(|s| s.name())
             .chain(std::iter::once(end))
-    }
-
-    /// The vocabulary size.
-    pub fn vocab_size(&self) -> usize {
-        self.engine.vocab_size()
-    }
-
-    /// Appends prompt tokens (before any generated token).
-    ///
-    /// # Errors
-    /// As [`Sampler::push_prompt`](crate::Sampler::push_prompt).
-    pub fn push_prompt(&mut self, tokens: &[TokenId]) -> Result<(), Error> {
-        let n = self.engine.vocab_size();
-        self.engine.seq.push_prompt(tokens, n)
-    }
-
-    /// Records a generated token that the chain did not draw.
-    ///
-    /// # Errors
-    /// [`Error::TokenOutOfRange`] for an id `>= vocab_size`.
-    pub fn accept(&mut self, token: TokenId) -> Result<(), Error> {
-        let n = self.engine.vocab_size();
-        self.engine.seq.accept(token, n)
-    }
-
-    /// Removes the last `n` generated tokens (at most all of them); the next draw uses the
-    /// same uniform as when those tokens were first drawn. Stateful stages (mirostat's
-    /// `mu`) keep their state.
-    pub fn rollback(&mut self, n: usize) {
-        self.engine.seq.rollback(n);
-    }
-
-    /// The sequence's tokens so far.
-    pub fn history(&self) -> History<'_> {
-        self.engine.seq.view()
-    }
-
-    /// Reserves room for `additional` more history tokens, so that the next
-    /// `additional` steps allocate nothing: in the history, the penalties' patches and
-    /// every stage's buffers ([`Stage::reserve`]).
-    ///
-    /// # Errors
-    /// [`Error::InvalidParameter`] naming `additional` when the history would hold more
-    /// than `isize::MAX / 4` tokens in all (the most a `Vec` of token ids can);
-    /// [`Error::OutOfMemory`] when the room cannot be allocated; whatever a stage's
-    /// [`Stage::reserve`] returns. The history is unchanged either way.
-    pub fn reserve(&mut self, additional: usize) -> Result<(), Error> {
-        self.engine.reserve(additional)
     }
 
     /// Forgets the history and resets every stateful stage ([`Stage::reset`]); the
@@ -375,192 +325,6 @@ impl Chain {
         let mut c = self.clone();
         c.set_seed(crate::rng::DrawRng::fork_seed(self.seed(), i));
         c
-    }
-
-    /// Like [`sample_masked`](Self::sample_masked) (the mask is optional), with the
-    /// tokens `banned` disallowed for this step only: the same result as a mask that
-    /// also disallows them, as [`Sampler::sample_banned`](crate::Sampler::sample_banned).
-    ///
-    /// # Errors
-    /// As [`Sampler::sample_banned`](crate::Sampler::sample_banned), plus whatever a
-    /// stage returns.
-    pub fn sample_banned<T: Logit>(
-        &mut self,
-        logits: &[T],
-        mask: Option<&TokenMask>,
-        banned: &[TokenId],
-    ) -> Result<Sample, Error> {
-        let n = self.engine.vocab_size();
-        let mask = self.bans.combine(n, mask, banned)?;
-        self.engine.sample(logits, mask, None)
-    }
-
-    /// Samples the next token and appends it to the history.
-    ///
-    /// # Errors
-    /// As [`Sampler::sample`](crate::Sampler::sample), plus whatever a stage returns.
-    pub fn sample<T: Logit>(&mut self, logits: &[T]) -> Result<Sample, Error> {
-        self.engine.sample(logits, None, None)
-    }
-
-    /// Like [`sample`](Self::sample), with a grammar mask applied before the first stage,
-    /// read in place as [`Sampler::sample_masked`](crate::Sampler::sample_masked) reads
-    /// it (a compact row of the allowed tokens, or marks) unless a stage ahead of the
-    /// first cut needs the whole row.
-    ///
-    /// # Errors
-    /// As [`sample`](Self::sample), and [`Error::LengthMismatch`] for a mask over fewer
-    /// slots than the vocabulary or more than the row (a mask as wide as a padded row
-    /// is read over the vocabulary only).
-    pub fn sample_masked<T: Logit>(
-        &mut self,
-        logits: &[T],
-        mask: &TokenMask,
-    ) -> Result<Sample, Error> {
-        self.engine.sample(logits, Some(mask), None)
-    }
-
-    /// Like [`sample_masked`](Self::sample_masked) (the mask is optional), but draws with
-    /// the given uniform `u` in `[0, 1)` instead of the sequence's own `(seed, step)`
-    /// uniform. The token is appended to the history.
-    ///
-    /// # Errors
-    /// As [`sample_masked`](Self::sample_masked), and [`Error::InvalidParameter`] when `u`
-    /// is not in `[0, 1)`.
-    pub fn sample_with_uniform<T: Logit>(
-        &mut self,
-        logits: &[T],
-        mask: Option<&TokenMask>,
-        u: f64,
-    ) -> Result<Sample, Error> {
-        self.engine.sample(logits, mask, Some(u))
-    }
-
-    /// The final distribution the next draw would use, without drawing: every surviving
-    /// token with its probability, in draw order (adjusted logit descending, ties to the
-    /// lower id). A greedy chain gives the argmax with probability 1. The history is
-    /// unchanged; stateful stages see the step as if it were sampled, but observe no
-    /// token.
-    ///
-    /// # Example
-    /// ```
-    /// use logits::{Chain, Temperature, TopP};
-    ///
-    /// let probs = [0.574f32, 0.128, 0.100, 0.047, 0.032, 0.029, 0.090];
-    /// let row: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
-    /// let mut chain = Chain::builder(7)
-    ///     .stage(TopP::new(0.8)?)
-    ///     .stage(Temperature::new(0.5)?)
-    ///     .draw()
-    ///     .build()?;
-    /// let mut dist = Vec::new();
-    /// chain.distribution(&row, None, &mut dist)?;
-    /// let ids: Vec<u32> = dist.iter().map(|&(id, _)| id).collect();
-    /// assert_eq!(ids, [0, 1, 2]);
-    /// # Ok::<(), logits::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`sample_masked`](Self::sample_masked).
-    pub fn distribution<T: Logit>(
-        &mut self,
-        logits: &[T],
-        mask: Option<&TokenMask>,
-        out: &mut Vec<(TokenId, f64)>,
-    ) -> Result<(), Error> {
-        self.engine.distribution(logits, mask, out)
-    }
-
-    /// The final distribution the next draw would use, indexed by token, without
-    /// drawing: `out[id]` is token `id`'s probability, 0 for every token the
-    /// adjustments, the mask or the cuts removed. Greedy gives 1 at the argmax. The
-    /// history is unchanged.
-    ///
-    /// The same probabilities as [`distribution`](Self::distribution), rounded to
-    /// `f32`, but written in place and never sorted: when no cut bounds the survivors
-    /// (no top-k, top-p or min-p, or a flat row's top-p), one pass over the row writes
-    /// each token's probability from its `f64` weight `exp((l - max) / T)` (relative
-    /// error below `4e-15`, then the rounding to `f32`), and only the few tokens at the
-    /// cut's boundary are sorted. `out.len()` must be the vocabulary size; nothing
-    /// allocates once warm.
-    ///
-    /// # Example
-    /// ```
-    /// use logits::{Chain, LogprobKind, Temperature, TopK};
-    ///
-    /// // llama.cpp's order: top-k 2, then temperature 0.5.
-    /// let row = [2.0f32, 1.0, 0.0, -1.0];
-    /// let mut chain = Chain::builder(4)
-    ///     .stage(TopK::new(2)?)
-    ///     .stage(Temperature::new(0.5)?)
-    ///     .draw()
-    ///     .build()?;
-    /// let mut p = vec![0.0f32; 4];
-    /// chain.probabilities(&row, None, &mut p)?;
-    /// // Weights exp(0) and exp(-1 / 0.5).
-    /// let p0 = 1.0 / (1.0 + (-2.0f64).exp());
-    /// assert!((f64::from(p[0]) - p0).abs() < 1e-6);
-    /// assert!((f64::from(p[1]) - (1.0 - p0)).abs() < 1e-6);
-    /// assert_eq!(&p[2..], &[0.0, 0.0]);
-    ///
-    /// let mut lp = vec![0.0f32; 4];
-    /// chain.logprobs_into(&row, None, LogprobKind::Processed, &mut lp)?;
-    /// assert!((f64::from(lp[0]) - p0.ln()).abs() < 1e-6);
-    /// assert_eq!(lp[3], f32::NEG_INFINITY);
-    /// # Ok::<(), logits::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`sample_masked`](Self::sample_masked), and [`Error::LengthMismatch`] when
-    /// `out.len()` is not the vocabulary size. On error `out` holds no meaningful
-    /// values.
-    pub fn probabilities<T: Logit>(
-        &mut self,
-        logits: &[T],
-        mask: Option<&TokenMask>,
-        out: &mut [f32],
-    ) -> Result<(), Error> {
-        self.engine.probabilities(logits, mask, out, false)
-    }
-
-    /// Every token's logprob, indexed by token, without drawing: with
-    /// [`LogprobKind::Raw`] the log-softmax of `logits` as given (no adjustment, mask or
-    /// cut; `mask` is only checked), with [`LogprobKind::Processed`] the natural
-    /// logarithm of the final probability of [`probabilities`](Self::probabilities),
-    /// `-inf` for every removed token (greedy: 0 at the argmax). The history is
-    /// unchanged.
-    ///
-    /// Processed logprobs are computed as logarithms, not as the logarithm of an `f32`
-    /// probability: a survivor far below the maximum keeps a finite logprob where its
-    /// probability would round to 0.
-    ///
-    /// # Errors
-    /// As [`probabilities`](Self::probabilities); for [`LogprobKind::Raw`], only the
-    /// input checks (the row's length, NaN and `+inf`, the mask's and `out`'s lengths)
-    /// and [`Error::NoCandidates`] for a row of `-inf` alone.
-    pub fn logprobs_into<T: Logit>(
-        &mut self,
-        logits: &[T],
-        mask: Option<&TokenMask>,
-        kind: LogprobKind,
-        out: &mut [f32],
-    ) -> Result<(), Error> {
-        match kind {
-            LogprobKind::Raw => self.engine.raw_logprobs(logits, mask, out),
-            LogprobKind::Processed => self.engine.probabilities(logits, mask, out, true),
-        }
-    }
-
-    /// The mask stage alone, for benchmarks; as
-    /// [`Sampler::mask_stage`](crate::Sampler::mask_stage).
-    ///
-    /// Not part of the stable API.
-    ///
-    /// # Errors
-    /// As [`sample_masked`](Self::sample_masked), for the input checks.
-    #[doc(hidden)]
-    pub fn mask_stage<T: Logit>(&mut self, logits: &[T], mask: &TokenMask) -> Result<usize, Error> {
-        self.engine.mask_stage(logits, mask)
     }
 }
 
