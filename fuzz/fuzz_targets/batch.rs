@@ -28,39 +28,28 @@ trait Sequence: Sized + logits::SequenceSampler {
     fn tokens(&self) -> Vec<TokenId>;
 }
 
-impl Sequence for Sampler {
-    fn sample_alone<T: Logit>(
-        &mut self,
-        row: &[T],
-        mask: Option<&TokenMask>,
-        banned: &[TokenId],
-    ) -> Result<Sample, Error> {
-        self.sample_banned(row, mask, banned)
-    }
-    fn push(&mut self, prompt: &[TokenId]) -> Result<(), Error> {
-        self.push_prompt(prompt)
-    }
-    fn tokens(&self) -> Vec<TokenId> {
-        self.history().tokens().to_vec()
-    }
+/// `Sampler` and `Chain` have the same inherent methods, so one body serves both.
+macro_rules! impl_sequence {
+    ($($t:ty),*) => {$(
+        impl Sequence for $t {
+            fn sample_alone<T: Logit>(
+                &mut self,
+                row: &[T],
+                mask: Option<&TokenMask>,
+                banned: &[TokenId],
+            ) -> Result<Sample, Error> {
+                self.sample_banned(row, mask, banned)
+            }
+            fn push(&mut self, prompt: &[TokenId]) -> Result<(), Error> {
+                self.push_prompt(prompt)
+            }
+            fn tokens(&self) -> Vec<TokenId> {
+                self.history().tokens().to_vec()
+            }
+        }
+    )*};
 }
-
-impl Sequence for Chain {
-    fn sample_alone<T: Logit>(
-        &mut self,
-        row: &[T],
-        mask: Option<&TokenMask>,
-        banned: &[TokenId],
-    ) -> Result<Sample, Error> {
-        self.sample_banned(row, mask, banned)
-    }
-    fn push(&mut self, prompt: &[TokenId]) -> Result<(), Error> {
-        self.push_prompt(prompt)
-    }
-    fn tokens(&self) -> Vec<TokenId> {
-        self.history().tokens().to_vec()
-    }
-}
+impl_sequence!(Sampler, Chain);
 
 /// One stage of a chain, with its parameter.
 #[derive(Clone, Copy, Debug)]
