@@ -51,6 +51,9 @@ macro_rules! impl_sequence {
 }
 impl_sequence!(Sampler, Chain);
 
+/// One result per row, in row order.
+type Results = Vec<Result<Sample, Error>>;
+
 /// One stage of a chain, with its parameter.
 #[derive(Clone, Copy, Debug)]
 enum Spec {
@@ -212,7 +215,7 @@ fn step<S: Sequence, T: Logit>(
     for &i in order {
         reordered.extend_from_slice(&block[i * row_len..(i + 1) * row_len]);
     }
-    let (got, other): (Vec<Result<Sample, Error>>, Vec<Result<Sample, Error>>) = match st.inputs {
+    let (got, other): (Results, Results) = match st.inputs {
         None => (
             batch.sample(block, row_len).unwrap().to_vec(),
             shuffled.sample(&reordered, row_len).unwrap().to_vec(),
