@@ -8,23 +8,12 @@
 
 use logits::reference::{self, Candidate};
 use logits::{
-    as_decimal, Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, MinP, Sampler, SamplingParams,
-    Stage, StageContext, TokenId, TopP, TypicalP,
+    as_decimal, Chain, EpsilonCutoff, EtaCutoff, MinP, Sampler, SamplingParams, Stage, TokenId,
+    TopP, TypicalP,
 };
 
-/// Hides a stage from the planner, so that the chain runs its `apply` on a dense copy.
-#[derive(Clone, Debug)]
-struct Opaque(Box<dyn Stage>);
-
-impl Stage for Opaque {
-    fn name(&self) -> &'static str {
-        "opaque"
-    }
-
-    fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
-        self.0.apply(c, ctx)
-    }
-}
+mod mix;
+use mix::opaque::Opaque;
 
 /// The tokens the final distribution keeps, sorted by id.
 fn kept_ids(dist: &[(TokenId, f64)]) -> Vec<TokenId> {

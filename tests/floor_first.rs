@@ -12,38 +12,16 @@
 
 use logits::half::{bf16, f16};
 use logits::{
-    Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, Logit, LogitBias, MirostatV2, Penalties,
-    Stage, StageContext, Temperature, TokenId, TokenMask, TopK, TopNSigma,
+    Chain, EpsilonCutoff, EtaCutoff, Logit, LogitBias, MirostatV2, Penalties, Stage, Temperature,
+    TokenId, TokenMask, TopK, TopNSigma,
 };
 use proptest::prelude::*;
 
 mod mix;
-use mix::{shaped_row, Mix};
+use mix::{opaque::Opaque, shaped_row, Mix};
 
 /// Relative tolerance of the probabilities (see the module documentation).
 const PROB_TOL: f64 = 1e-12;
-
-/// A stage the engine does not know: it runs `inner` through `apply`.
-#[derive(Clone, Debug)]
-struct Opaque(Box<dyn Stage>);
-
-impl Stage for Opaque {
-    fn name(&self) -> &'static str {
-        "opaque"
-    }
-
-    fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
-        self.0.apply(c, ctx)
-    }
-
-    fn observe(&mut self, token: TokenId, logprob: f32) {
-        self.0.observe(token, logprob);
-    }
-
-    fn reset(&mut self) {
-        self.0.reset();
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Rule {

@@ -4,6 +4,9 @@
 use logits::grammar::{GrammarError, Vocab};
 use logits::{Chain, Sampler, SamplingParams};
 
+mod mix;
+use mix::opaque::Opaque;
+
 /// Fuzz target `pipeline`: `logprobs(0)` (a raw logprob but no alternatives, which the
 /// builder accepts) made every draw panic on an index underflow in the top-n search.
 #[test]
@@ -319,17 +322,7 @@ fn a_penalty_that_overflows_is_refused_before_a_whole_row_stage() {
 /// (`NanLogit`). `-inf` is now absorbing under every penalty, so both orders agree.
 #[test]
 fn a_penalty_overflow_on_a_masked_token_is_no_error_in_either_order() {
-    use logits::{Candidates, Error, Penalties, Stage, StageContext, TokenMask};
-    #[derive(Clone, Debug)]
-    struct Hidden(Penalties);
-    impl Stage for Hidden {
-        fn name(&self) -> &'static str {
-            "hidden"
-        }
-        fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
-            self.0.apply(c, ctx)
-        }
-    }
+    use logits::{Error, Penalties, TokenMask};
     let row = [0.5f32, 1.0, -2.0, 3.0];
     let penalties = || Penalties::new(1.0, -1.6e38, 0.0).unwrap();
     let mut mask = TokenMask::new_full(4);
@@ -343,7 +336,7 @@ fn a_penalty_overflow_on_a_masked_token_is_no_error_in_either_order() {
     for u in [0.0, 0.3, 0.7, 0.999] {
         let mut planned = Chain::builder(4).stage(penalties()).draw().build().unwrap();
         let mut hidden = Chain::builder(4)
-            .stage(Hidden(penalties()))
+            .stage(Opaque::new(penalties()))
             .draw()
             .build()
             .unwrap();
@@ -361,7 +354,7 @@ fn a_penalty_overflow_on_a_masked_token_is_no_error_in_either_order() {
     }
     // Unmasked, the `+inf` is refused in every order.
     let mut hidden = Chain::builder(4)
-        .stage(Hidden(penalties()))
+        .stage(Opaque::new(penalties()))
         .draw()
         .build()
         .unwrap();

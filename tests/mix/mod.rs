@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod machine;
+pub mod opaque;
 pub mod rows;
 
 /// A SplitMix64 state.
