@@ -24,6 +24,7 @@
 //!    candidates, so only those are visited: a chain that cuts to 20 tokens compares 20
 //!    probabilities, whatever the vocabulary. (When the residual has no mass, which
 //!    only rounding can cause since then `p_i = q_i`, the token is drawn from `p_i`.)
+//!    The draw is exact, as every draw of the crate is (see below).
 //! 3. When all `k` are accepted, the bonus token is drawn from `p_k`, target row `k`,
 //!    exactly as [`Sampler::sample`](crate::Sampler::sample) would draw it there.
 //!
@@ -31,6 +32,22 @@
 //! in `greedy()`) accepts `x_i` while it is the argmax of `p_i`, and emits the argmax at
 //! the first disagreement (or after all `k`). It reads no uniform and no `q`, and the
 //! emitted tokens are, bit for bit, those of greedy decoding with the target alone.
+//!
+//! # The exact residual draw
+//!
+//! The residual weight of `p_i`'s candidate `t` is the `f64` value
+//! `r(t) = max(0, p_i(t) - q_i(t))`, one subtraction of two `f64`s: `p_i(t)` as
+//! [`Sampler::distribution`](crate::Sampler::distribution) writes it, and `q_i(t)` the
+//! draft's probability divided by its row's sum (`w * (1 / sum)`, the sum taken in
+//! `f64` in the row's order: the pairs' order for a sparse row, id order for a dense
+//! one, draw order for draft logits). Given those weights, the drawn token is the first
+//! candidate, in `p_i`'s draw order, whose *exact* running sum of the weights exceeds
+//! `d_i` times their *exact* total: the token that arithmetic without rounding on the
+//! `f64` weights gives, whatever order any sum is taken in. It is decided as a plain
+//! draw is: an `f64` walk decides when a rigorous bound on its rounding shows that the
+//! exact sums decide the same, and an exact accumulator decides otherwise (only for a
+//! uniform within about `n * 2^-52` of a boundary, `n` the number of candidates). A
+//! residual without mass draws from `p_i`'s weights in the same exact way.
 //!
 //! # Random numbers
 //!
@@ -108,6 +125,7 @@
 //! # Ok::<(), logits::Error>(())
 //! ```
 
+use crate::draw;
 use crate::element::Logit;
 use crate::engine::Engine;
 use crate::error::Error;
@@ -207,6 +225,7 @@ pub struct Verifier {
     q: Vec<(TokenId, f64)>,
     scattered: Vec<f64>,
     sums: Vec<f64>,
+    weights: Vec<f64>,
     tokens: Vec<TokenId>,
     logprobs: Vec<f32>,
 }
@@ -489,7 +508,8 @@ impl Verifier {
                     (true, x, px.ln() as f32)
                 } else {
                     let d = e.draw_uniform(s);
-                    let (y, py) = residual(&self.p, q, &mut self.scattered, vocab, d);
+                    let (y, py) =
+                        residual(&self.p, q, &mut self.scattered, &mut self.weights, vocab, d);
                     (false, y, py.ln() as f32)
                 }
             };
@@ -577,13 +597,18 @@ fn prob_of(p: &[(TokenId, f64)], id: TokenId) -> f64 {
 }
 
 /// Draws from `max(0, p - q)`, renormalised, with the uniform `u`: the first of `p`'s
-/// candidates (in their draw order) whose running residual exceeds `u` times the total.
-/// Returns the token and its probability under `p`. A residual without mass draws from
-/// `p` itself.
+/// candidates (in their draw order) whose exact running residual exceeds `u` times the
+/// exact total (see [`draw`]). Returns the token and its probability under `p`. A
+/// residual without mass draws from `p` itself, exactly too.
+///
+/// The residual weights `max(0, p(t) - q(t))` are `f64` values, written once into
+/// `weights` in `p`'s order; the decision on them is exact, so it depends neither on the
+/// order their total is summed in nor on the rounding of the running sums.
 fn residual(
     p: &[(TokenId, f64)],
     q: QView<'_>,
     scattered: &mut Vec<f64>,
+    weights: &mut Vec<f64>,
     vocab: usize,
     u: f64,
 ) -> (TokenId, f64) {
@@ -600,50 +625,248 @@ fn residual(
         }
         _ => None,
     };
-    let q_at = |scattered: &[f64], id: TokenId| match scatter {
-        Some(_) => scattered[id as usize],
-        None => q.at(id),
-    };
-    let r = |scattered: &[f64], (t, w): (TokenId, f64)| (w - q_at(scattered, t)).max(0.0);
-    let total: f64 = p.iter().map(|&c| r(scattered, c)).sum();
-    let pick = if total > 0.0 {
-        let target = u * total;
-        let mut acc = 0.0;
-        let mut last = None;
-        let mut found = None;
-        for &c in p {
-            let w = r(scattered, c);
-            if w > 0.0 {
-                acc += w;
-                last = Some(c);
-                if acc > target {
-                    found = Some(c);
-                    break;
-                }
-            }
-        }
-        found.or(last)
-    } else {
-        None
-    };
-    let pick = pick.unwrap_or_else(|| {
-        // No residual mass: p = q up to rounding, so p itself is the residual's limit.
-        let total: f64 = p.iter().map(|&(_, w)| w).sum();
-        let target = u * total;
-        let mut acc = 0.0;
-        p.iter()
-            .copied()
-            .find(|&(_, w)| {
-                acc += w;
-                w > 0.0 && acc > target
-            })
-            .or_else(|| p.iter().copied().rev().find(|&(_, w)| w > 0.0))
-            .unwrap_or(p[0])
-    });
+    weights.clear();
+    weights.extend(p.iter().map(|&(t, w)| {
+        let qt = match scatter {
+            Some(_) => scattered[t as usize],
+            None => q.at(t),
+        };
+        (w - qt).max(0.0)
+    }));
     if let Some(pairs) = scatter {
         for &(t, _) in pairs {
             scattered[t as usize] = 0.0;
         }
     }
-    pick
+    let total: f64 = weights.iter().sum();
+    if total <= 0.0 {
+        // No residual mass: p = q up to rounding, so p itself is the residual's limit.
+        weights.clear();
+        weights.extend(p.iter().map(|&(_, w)| w));
+    }
+    let total = if total > 0.0 {
+        total
+    } else {
+        weights.iter().sum()
+    };
+    p[draw::inverse_cdf(weights, total, u)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::exact_sum::ExactSum;
+    use proptest::prelude::*;
+
+    /// The largest uniform below 1.
+    const TOP: f64 = 1.0 - f64::EPSILON / 2.0;
+
+    /// The residual weights as the module docs define them: `max(0, p(t) - q(t))`.
+    fn weights(p: &[(TokenId, f64)], q: QView<'_>) -> Vec<f64> {
+        p.iter().map(|&(t, w)| (w - q.at(t)).max(0.0)).collect()
+    }
+
+    /// The exact decision, with the total summed exactly in `order` (a permutation of the
+    /// indices): the first positive weight whose exact running sum, in `p`'s order,
+    /// exceeds `u` times the exact total; `None` without mass.
+    fn exact_pick(r: &[f64], order: &[usize], u: f64) -> Option<usize> {
+        let mut total = ExactSum::new();
+        order.iter().for_each(|&i| total.add(r[i]));
+        if total.is_zero() {
+            return None;
+        }
+        let y = total.scaled_floor(u);
+        let mut cum = ExactSum::new();
+        for (i, &w) in r.iter().enumerate() {
+            if w > 0.0 {
+                cum.add(w);
+                if cum > y {
+                    return Some(i);
+                }
+            }
+        }
+        r.iter().rposition(|&w| w > 0.0)
+    }
+
+    /// A plain `f64` walk: the total and the running sums in `p`'s order, rounded.
+    fn f64_walk(r: &[f64], u: f64) -> usize {
+        let total: f64 = r.iter().sum();
+        let mut acc = 0.0;
+        for (i, &w) in r.iter().enumerate() {
+            acc += w;
+            if w > 0.0 && acc > u * total {
+                return i;
+            }
+        }
+        r.iter().rposition(|&w| w > 0.0).unwrap_or(0)
+    }
+
+    /// Uniforms on and next to each exact boundary of the CDF of `r`: for each index
+    /// `j`, the smallest `u` whose exact decision passes `j` (by bisection on the bits
+    /// of `u`, along which the decision never decreases), and the 3 uniforms either side.
+    fn boundary_uniforms(r: &[f64]) -> Vec<f64> {
+        let all: Vec<usize> = (0..r.len()).collect();
+        let pick = |bits: u64| exact_pick(r, &all, f64::from_bits(bits));
+        let mut out = vec![0.0, TOP];
+        for j in 0..r.len() {
+            let (mut lo, mut hi) = (0u64, TOP.to_bits());
+            if pick(hi) <= Some(j) || pick(lo) > Some(j) {
+                continue;
+            }
+            // pick(lo) <= j < pick(hi)
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if pick(mid) > Some(j) {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            for b in hi.saturating_sub(3)..=hi + 3 {
+                let u = f64::from_bits(b);
+                if (0.0..1.0).contains(&u) {
+                    out.push(u);
+                }
+            }
+        }
+        out
+    }
+
+    /// A deterministic shuffle of `0..n`.
+    fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..n).collect();
+        let mut r = seed | 1;
+        for i in (1..n).rev() {
+            r = r
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            v.swap(i, (r >> 33) as usize % (i + 1));
+        }
+        v
+    }
+
+    fn draw_residual(p: &[(TokenId, f64)], q: QView<'_>, vocab: usize, u: f64) -> TokenId {
+        let (mut scattered, mut w) = (Vec::new(), Vec::new());
+        let (t, pt) = residual(p, q, &mut scattered, &mut w, vocab, u);
+        assert!(
+            scattered.iter().all(|&x| x == 0.0),
+            "scatter buffer left dirty"
+        );
+        assert_eq!(p.iter().find(|c| c.0 == t).map(|c| c.1), Some(pt));
+        t
+    }
+
+    /// Weights whose rounded `f64` sums cross the exact boundaries: a plain walk gets some
+    /// of these uniforms wrong, the residual draw none.
+    #[test]
+    fn residual_draw_is_exact_next_to_every_boundary() {
+        // p: 1, e^-20, e^-20, e^-40, 0.25 (unnormalised, as the walk does not care) and
+        // two of p's tokens in q, one outside it: the residual is 0.5, e^-20, e^-20,
+        // e^-40 and 0.
+        let raw = [1.0, (-20f64).exp(), (-20f64).exp(), (-40f64).exp(), 0.25];
+        let p: Vec<(TokenId, f64)> = raw
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (10 + i as TokenId, w))
+            .collect();
+        let pairs = [(10, 0.5), (14, 0.25), (3, 0.25)];
+        let q = QView::Pairs(&pairs, 1.0);
+        let r = weights(&p, q);
+        let all: Vec<usize> = (0..r.len()).collect();
+        let mut plain_wrong = 0;
+        for u in boundary_uniforms(&r) {
+            let want = exact_pick(&r, &all, u).map(|i| p[i].0);
+            assert_eq!(Some(draw_residual(&p, q, 20, u)), want, "u = {u:e}");
+            if Some(p[f64_walk(&r, u)].0) != want {
+                plain_wrong += 1;
+            }
+        }
+        assert!(
+            plain_wrong > 0,
+            "the weights do not test the exact decision"
+        );
+        // At the top uniform the exact running sum passes at the third weight: u * T is
+        // about 5.5e-17 below T, more than the e^-40 left after it.
+        assert_eq!(draw_residual(&p, q, 20, TOP), 12);
+    }
+
+    /// No residual mass (`q = p`): the draw is from `p`, exactly as well.
+    #[test]
+    fn residual_without_mass_draws_exactly_from_p() {
+        let p: Vec<(TokenId, f64)> = [1.0, (-20f64).exp(), (-20f64).exp(), (-40f64).exp()]
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (i as TokenId, w))
+            .collect();
+        let q = QView::Pairs(&p, 1.0);
+        assert!(weights(&p, q).iter().all(|&w| w == 0.0));
+        let pw: Vec<f64> = p.iter().map(|c| c.1).collect();
+        let all: Vec<usize> = (0..pw.len()).collect();
+        for u in boundary_uniforms(&pw) {
+            let want = exact_pick(&pw, &all, u).map(|i| p[i].0);
+            assert_eq!(Some(draw_residual(&p, q, 4, u)), want, "u = {u:e}");
+        }
+        assert_eq!(draw_residual(&p, q, 4, TOP), 2);
+    }
+
+    fn weight() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            (-60i32..1).prop_map(|e| f64::from(e).exp()),
+            (0.0f64..1.0),
+            Just(0.0),
+            Just(f64::from_bits(3)),
+        ]
+    }
+
+    proptest! {
+        /// For `p` and `q` of any magnitudes, through both the searched and the
+        /// scattered `q`, the token at every uniform next to a boundary is the exact one,
+        /// with the exact total summed in any order, and it does not move when `q`'s
+        /// pairs come in another order.
+        #[test]
+        fn residual_is_exact_in_any_order(
+            pw in prop::collection::vec(weight(), 1..40),
+            qw in prop::collection::vec((weight(), any::<bool>()), 1..40),
+            wide in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            // p's tokens are 0.., in draw order by position; q lists some of them (the
+            // flagged ones) and tokens beyond p. Wide: many pairs, so q is scattered.
+            let p: Vec<(TokenId, f64)> =
+                pw.iter().enumerate().map(|(i, &w)| (i as TokenId, w)).collect();
+            let mut pairs: Vec<(TokenId, f64)> = qw
+                .iter()
+                .enumerate()
+                .map(|(i, &(w, in_p))| {
+                    let t = if in_p && i < p.len() { i } else { 1000 + i };
+                    (t as TokenId, w)
+                })
+                .collect();
+            if wide {
+                pairs.extend((0..600).map(|i| (2000 + i, 1e-3)));
+            }
+            let vocab = 4000;
+            let inv = 1.0 / pairs.iter().map(|c| c.1).sum::<f64>().max(1e-300);
+            let q = QView::Pairs(&pairs, inv);
+            let r = weights(&p, q);
+            let order = shuffled(r.len(), seed);
+            let mut moved: Vec<(TokenId, f64)> = pairs.clone();
+            let perm = shuffled(moved.len(), seed ^ 0x5A5A);
+            for (i, &j) in perm.iter().enumerate() {
+                moved[i] = pairs[j];
+            }
+            let q2 = QView::Pairs(&moved, inv);
+            let has_mass = r.iter().any(|&w| w > 0.0);
+            for u in boundary_uniforms(if has_mass { &r } else { &pw }) {
+                let want = if has_mass {
+                    exact_pick(&r, &order, u)
+                } else {
+                    exact_pick(&pw, &order, u).or(Some(0))
+                };
+                let want = want.map(|i| p[i].0);
+                prop_assert_eq!(Some(draw_residual(&p, q, vocab, u)), want, "u = {:e}", u);
+                prop_assert_eq!(Some(draw_residual(&p, q2, vocab, u)), want, "u = {:e}", u);
+            }
+        }
+    }
 }
