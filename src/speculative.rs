@@ -144,6 +144,10 @@ pub const DRAFT_SUM_TOLERANCE: f64 = 1e-4;
 /// The ChaCha stream of the acceptance uniforms (see the [module](self) docs).
 pub const ACCEPTANCE_STREAM: u64 = u64::MAX;
 
+/// A bound on any `q_i(x)` the verification computes: a probability `w` of a row
+/// whose `f64` sum `S` includes it, times `fl(1 / S)`, is at most `1 + 2^-52`.
+const Q_MAX: f64 = 1.0 + 4.0 * f64::EPSILON;
+
 /// Above this many comparisons (`|p| * |q|`), a sparse `q` is scattered into a
 /// vocabulary-sized buffer for the residual instead of searched.
 const SCATTER_MIN: usize = 1 << 14;
@@ -160,7 +164,10 @@ pub enum DraftDistribution<'a, T> {
     /// The draft model's `k` rows of logits (`k * row_len`, row-major, the target's row
     /// length): `q_i` is the final distribution of the verifying sampler's own chain on
     /// row `i`, with the same history and mask as `p_i`. Costs one chain run per
-    /// position visited; a chain ending in the argmax reads none of them.
+    /// position whose acceptance needs `q_i`: where `a_i * (1 + 2^-50) < p_i(x_i)`, `x_i`
+    /// is accepted whatever `q_i(x_i) <= 1` is, and row `i` is neither run nor checked
+    /// (as the rows after a rejection are not). A chain ending in the argmax reads none
+    /// of them.
     Logits(&'a [T]),
     /// `k` dense rows of probabilities (`k * vocab_size`, row-major): `q_i(x)` at
     /// `[i * vocab_size + x]`. Every entry must be finite and `>= 0`, each row sum
@@ -285,7 +292,8 @@ impl Verifier {
     ///   infinite or negative entry, a row whose sum is not within
     ///   [`DRAFT_SUM_TOLERANCE`] of 1, or sparse bounds that do not split the pairs;
     /// - the errors of [`Sampler::sample`](crate::Sampler::sample) for a target row (or
-    ///   a draft row of logits) the verification reads.
+    ///   a draft row of logits) the verification reads (see
+    ///   [`DraftDistribution::Logits`] for the draft rows it reads).
     pub fn verify<S: SequenceSampler, T: Logit>(
         &mut self,
         sampler: &mut S,
@@ -501,16 +509,24 @@ impl Verifier {
                 let top = self.p.first().ok_or(Error::NoCandidates)?.0;
                 (top == x, top, 0.0)
             } else {
-                let q = Self::load_q(&mut self.q, &self.sums, e, spec, i, mask)?;
                 let px = prob_of(&self.p, x);
                 let a = accept_rng.uniform(s);
-                if a * q.at(x) < px {
-                    (true, x, px.ln() as f32)
+                // `q_i(x) <= Q_MAX`, so `a * Q_MAX < p(x)` accepts whatever `q_i(x)` is
+                // (rounding is monotone): draft logits need no chain run then.
+                let known = matches!(spec.q, DraftDistribution::Logits(_)) && a * Q_MAX < px;
+                let q = if known {
+                    None
                 } else {
+                    Some(Self::load_q(&mut self.q, &self.sums, e, spec, i, mask)?)
+                };
+                let accepted = q.is_none_or(|q| a * q.at(x) < px);
+                if let (Some(q), false) = (q, accepted) {
                     let d = e.draw_uniform(s);
                     let (y, py) =
                         residual(&self.p, q, &mut self.scattered, &mut self.weights, vocab, d);
                     (false, y, py.ln() as f32)
+                } else {
+                    (true, x, px.ln() as f32)
                 }
             };
             e.seq.push_drawn(next);

@@ -205,3 +205,74 @@ fn residual_draw_is_exact_on_and_next_to_its_boundaries() {
         "none of {probes} probes separates the exact draw from a rounded one"
     );
 }
+
+/// Draft logits decide as the sparse distributions the same chain writes for those rows,
+/// token for token and logprob for logprob: a position whose acceptance the uniform
+/// decides without `q` skips the draft row's chain run, and that never moves a token.
+#[test]
+fn draft_logits_decide_as_their_distributions() {
+    const W: usize = 12;
+    let params = |seed| {
+        SamplingParams::builder()
+            .temperature(0.9)
+            .top_k(6)
+            .seed(seed)
+            .build()
+            .unwrap()
+    };
+    let mut m = Mix(77);
+    let mut verifier = Verifier::new();
+    let (mut accepted, mut rejected) = (0, 0);
+    for trial in 0..3000u64 {
+        let k = 1 + (trial % 4) as usize;
+        let target: Vec<f32> = (0..(k + 1) * W)
+            .map(|_| (2.0 * m.normal()) as f32)
+            .collect();
+        // The draft: the target's rows moved by noise of a varying scale, so that some
+        // tokens are accepted and some rejected.
+        let scale = (trial % 7) as f64 / 3.0;
+        let rows: Vec<f32> = target[..k * W]
+            .iter()
+            .map(|&l| (f64::from(l) + scale * m.normal()) as f32)
+            .collect();
+        let mut draft = Sampler::new(params(trial ^ 0xD7), W).unwrap();
+        let (mut pairs, mut ends, mut tokens, mut dist) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for row in rows.chunks_exact(W) {
+            draft.distribution(row, None, &mut dist).unwrap();
+            pairs.extend_from_slice(&dist);
+            ends.push(pairs.len());
+            tokens.push(draft.sample(row).unwrap().token);
+        }
+        let sparse = Speculation {
+            draft: &tokens,
+            q: DraftDistribution::Sparse {
+                pairs: &pairs,
+                ends: &ends,
+            },
+            target: &target,
+            row_len: W,
+        };
+        let logits = Speculation {
+            q: DraftDistribution::Logits(&rows),
+            ..sparse
+        };
+        let mut run = |spec: &Speculation<'_, f32>| {
+            let mut s = Sampler::new(params(trial), W).unwrap();
+            let out = verifier.verify(&mut s, spec).unwrap();
+            (
+                out,
+                verifier.tokens().to_vec(),
+                verifier.logprobs().to_vec(),
+            )
+        };
+        let (a, b) = (run(&logits), run(&sparse));
+        assert_eq!(a, b, "trial {trial}");
+        accepted += a.0.accepted;
+        rejected += usize::from(a.0.accepted < k);
+    }
+    assert!(
+        accepted > 1000 && rejected > 300,
+        "{accepted} accepted, {rejected} rejections"
+    );
+}
