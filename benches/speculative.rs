@@ -17,7 +17,8 @@
 //! drifts between criterion's separate measurements moves both halves of a round alike.
 //! It prints the two halves' medians too, and repeats at 1,024 logits (3,001 rounds),
 //! where a pass over a row is short: there the difference of the medians, per
-//! position, is what a verification does beyond a draw.
+//! position, is what a verification does beyond a draw. Last, `draft_logits` is paired
+//! with the k + 1 samples at 151,936 logits.
 //!
 //! Neither `sparse_q` nor `paired` times the draft model's own pass over its rows: the
 //! draft's distributions are computed once, outside the timed loop, as a draft sampler
@@ -149,12 +150,17 @@ fn bench(c: &mut Criterion) {
 fn paired(_: &mut Criterion) {
     for (v, rounds) in [(V, 301), (1024, 3001)] {
         for k in [4usize, 8] {
-            paired_at(k, v, rounds);
+            paired_at(k, v, rounds, false);
         }
+    }
+    for k in [4usize, 8] {
+        paired_at(k, V, 301, true);
     }
 }
 
-fn paired_at(k: usize, v: usize, rounds: usize) {
+/// With `logits`, the verification takes the draft's rows (`draft_logits`) instead of
+/// its sparse distributions.
+fn paired_at(k: usize, v: usize, rounds: usize, logits: bool) {
     let Draft {
         rows,
         pairs,
@@ -169,6 +175,14 @@ fn paired_at(k: usize, v: usize, rounds: usize) {
         },
         target: &rows,
         row_len: v,
+    };
+    let spec = if logits {
+        Speculation {
+            q: DraftDistribution::Logits(&rows[..k * v]),
+            ..spec
+        }
+    } else {
+        spec
     };
     let mut target = qwen3_at(v);
     let mut verifier = Verifier::new();
@@ -214,8 +228,9 @@ fn paired_at(k: usize, v: usize, rounds: usize) {
     } else {
         format!("speculative/k{k}/paired_{v}")
     };
+    let case = if logits { "draft_logits" } else { "sparse_q" };
     println!(
-        "{name}: verify/sparse_q / sample_x{}: median {:.3} (quartiles {:.3} to {:.3}, {rounds} rounds); medians {:.2} us and {:.2} us",
+        "{name}: verify/{case} / sample_x{}: median {:.3} (quartiles {:.3} to {:.3}, {rounds} rounds); medians {:.2} us and {:.2} us",
         k + 1,
         q(&mut ratios, 0.5),
         q(&mut ratios, 0.25),
