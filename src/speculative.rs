@@ -490,7 +490,12 @@ impl Verifier {
         let seed = e.params().seed();
         let step0 = e.seq.step();
         let vocab = e.vocab_size();
+        // The acceptance uniforms of steps step0, step0 + 1, ... are read in order, one
+        // per position visited, from consecutive ChaCha blocks.
         let mut accept_rng = DrawRng::with_stream(seed, ACCEPTANCE_STREAM);
+        if !greedy {
+            accept_rng.seek(step0);
+        }
         for (i, &x) in spec.draft.iter().enumerate() {
             let s = step0 + i as u64;
             let row = &spec.target[i * rl..(i + 1) * rl];
@@ -510,7 +515,7 @@ impl Verifier {
                 (top == x, top, 0.0)
             } else {
                 let px = prob_of(&self.p, x);
-                let a = accept_rng.uniform(s);
+                let a = accept_rng.next_uniform();
                 // `q_i(x) <= Q_MAX`, so `a * Q_MAX < p(x)` accepts whatever `q_i(x)` is
                 // (rounding is monotone): draft logits need no chain run then.
                 let known = matches!(spec.q, DraftDistribution::Logits(_)) && a * Q_MAX < px;
@@ -823,6 +828,27 @@ mod tests {
             assert_eq!(Some(draw_residual(&p, q, 4, u)), want, "u = {u:e}");
         }
         assert_eq!(draw_residual(&p, q, 4, TOP), 2);
+    }
+
+    /// The acceptance uniforms read in sequence are those of each step, whatever block
+    /// of ChaCha's four a step starts at, on the acceptance and the draw streams.
+    #[test]
+    fn sequential_uniforms_are_each_steps_own() {
+        for seed in [0u64, 7, u64::MAX] {
+            for start in [0u64, 1, 2, 3, 4, 5, 1021, 1 << 40] {
+                for stream in [0, ACCEPTANCE_STREAM] {
+                    let mut r = DrawRng::with_stream(seed, stream);
+                    r.seek(start);
+                    for j in 0..23 {
+                        let want = DrawRng::with_stream(seed, stream).uniform(start + j);
+                        assert_eq!(r.next_uniform(), want, "{seed} {start} {stream} {j}");
+                    }
+                }
+                let mut r = DrawRng::with_stream(seed, ACCEPTANCE_STREAM);
+                r.seek(start);
+                assert_eq!(r.next_uniform(), acceptance_uniform(seed, start));
+            }
+        }
     }
 
     fn weight() -> impl Strategy<Value = f64> {

@@ -83,6 +83,23 @@ impl DrawRng {
     pub fn uniform(&mut self, step: u64) -> f64 {
         u64_to_unit(self.word(step))
     }
+
+    /// Positions the source at draw `step`, for [`next_uniform`](Self::next_uniform).
+    pub(crate) fn seek(&mut self, step: u64) {
+        self.rng.set_word_pos(u128::from(step) * 16);
+    }
+
+    /// The uniform of the draw the source is positioned at, and moves to the next: after
+    /// `seek(s)`, call `j` returns `uniform(s + j)`. ChaCha computes four blocks at a
+    /// time; [`uniform`](Self::uniform) computes them for each draw, while consecutive
+    /// calls here read the blocks of one computation (the rest of a block is skipped).
+    pub(crate) fn next_uniform(&mut self) -> f64 {
+        let w = self.rng.next_u64();
+        for _ in 0..7 {
+            self.rng.next_u64();
+        }
+        u64_to_unit(w)
+    }
 }
 
 /// `u64 -> [0, 1)`: the top 53 bits, scaled by `2^-53`. Every result is a multiple of
