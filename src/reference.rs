@@ -370,10 +370,12 @@ pub enum Step {
     /// `ln p_i = s_i - ln(total)`, the entropy `H = -sum p_i ln p_i` (over `p_i > 0`) and
     /// the distances `d_i = |-ln p_i - H|`, the candidates are ordered by `d_i`
     /// ascending, ties to the lower id; the first of them at which the cumulative weight
-    /// (in that order) reaches `p * total` sets `d*`, and every candidate with `d_i <= d*`
-    /// is kept (all of them when the target is never reached), or the `min_keep` first
-    /// ones in that order when that is more. Nothing changes when `p >= 1` or at most one
-    /// candidate is left.
+    /// (in that order, summed exactly) reaches `p * total` sets `d*`, and every candidate
+    /// with `d_i <= d*` is kept (all of them when the target is never reached), or the
+    /// `min_keep` first ones in that order when that is more. Nothing changes when
+    /// `p >= 1` or at most one candidate is left. The total and the entropy's terms
+    /// `(w_i / total) * (ln(total) - s_i)` are summed exactly and rounded once to `f64`,
+    /// so `H` and the distances do not depend on the candidates' order.
     Typical {
         /// The probability mass kept.
         p: f32,
@@ -524,18 +526,21 @@ pub fn chain_start(
 }
 
 /// Entropy `-sum p ln p` (nats) of the scaled candidates, with `ln p = s - ln(total)`;
-/// zero weights add nothing. Returns the entropy and `ln(total)`.
+/// zero weights add nothing. The total and the terms `(w / total) * (ln(total) - s)`
+/// (none negative) are each summed exactly and rounded once, so neither depends on the
+/// candidates' order. Returns the entropy and the total.
 fn chain_entropy(c: &[Candidate]) -> (f64, f64) {
-    let total: f64 = c.iter().map(Candidate::weight).sum();
+    use crate::kernels::exact_sum::ExactSum;
+    let total = ExactSum::of(c.iter().map(Candidate::weight)).to_f64();
     let ln_total = total.ln();
-    let mut h = 0.0;
+    let mut h = ExactSum::new();
     for x in c {
         let w = x.weight();
         if w > 0.0 {
-            h -= (w / total) * (x.scaled - ln_total);
+            h.add((w / total) * (ln_total - x.scaled));
         }
     }
-    (h, ln_total)
+    (h.to_f64(), total)
 }
 
 /// The epsilon rule: `p_i >= cut`, or (when fewer than `min_keep` pass) a logit at least
@@ -621,18 +626,18 @@ pub fn chain_step(
             if p >= 1.0 || c.len() <= 1 {
                 return Ok(());
             }
-            let (h, ln_total) = chain_entropy(&c);
-            let total: f64 = c.iter().map(Candidate::weight).sum();
+            let (h, total) = chain_entropy(&c);
+            let ln_total = total.ln();
             let mut by_distance: Vec<(f64, Candidate)> = c
                 .iter()
                 .map(|x| ((-(x.scaled - ln_total) - h).abs(), *x))
                 .collect();
             by_distance.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
-            let target = crate::as_decimal(p) * total;
-            let mut cum = 0.0;
+            let target = crate::kernels::exact_sum::ExactSum::of([crate::as_decimal(p) * total]);
+            let mut cum = crate::kernels::exact_sum::ExactSum::new();
             let mut cutoff = f64::INFINITY;
             for (d, x) in &by_distance {
-                cum += x.weight();
+                cum.add(x.weight());
                 if cum >= target {
                     cutoff = *d;
                     break;

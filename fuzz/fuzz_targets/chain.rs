@@ -221,7 +221,6 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             }
         }
     }
-    let typical = (steps.iter().flatten()).any(|s| matches!(s, Step::Typical { .. }));
     let seed: u64 = u.arbitrary()?;
     let (built, hidden) = (
         built.draw().seed(seed).build(),
@@ -277,10 +276,6 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             reference::chain_survivors(&row.to_f32(), vocab, &history, mask.as_ref(), steps)
         });
         match &want {
-            // Typical-p orders by distances from sums (the total, the entropy) that
-            // the stage and the reference take in different orders, so near-tied
-            // distances may order differently: only errors are compared there.
-            Some(Ok(_)) if ra.is_ok() && typical => {}
             Some(Ok(want)) if ra.is_ok() => check_reference(&da, want),
             Some(want) => assert_eq!(
                 ra.as_ref().err(),

@@ -68,6 +68,13 @@ impl ExactSum {
         }
     }
 
+    /// The exact sum of `xs` (see [`add`](Self::add)).
+    pub(crate) fn of(xs: impl IntoIterator<Item = f64>) -> Self {
+        let mut s = ExactSum::new();
+        xs.into_iter().for_each(|x| s.add(x));
+        s
+    }
+
     /// Whether the sum is zero.
     pub(crate) fn is_zero(&self) -> bool {
         self.limbs.iter().all(|&l| l == 0)
@@ -109,9 +116,20 @@ impl ExactSum {
         out
     }
 
-    /// The sum rounded to the nearest `f64` (ties to even; `inf` past the largest). The
-    /// draw needs only comparisons; this checks the accumulator against `f64` sums.
-    #[cfg(test)]
+    /// The 64 bits of the sum from bit `lo` up (zeros past the top).
+    fn bits_from(&self, lo: usize) -> u64 {
+        let (i, off) = (lo / 64, lo % 64);
+        let a = self.limbs[i] >> off;
+        let b = match self.limbs.get(i + 1) {
+            Some(&next) if off > 0 => next << (64 - off),
+            _ => 0,
+        };
+        a | b
+    }
+
+    /// The sum rounded to the nearest `f64` (ties to even; `inf` past the largest): an
+    /// order-free `f64` sum (the total and the entropy of typical-p, eta and dynamic
+    /// temperature).
     pub(crate) fn to_f64(&self) -> f64 {
         let Some(top) = self.limbs.iter().rposition(|&l| l != 0) else {
             return 0.0;
@@ -123,13 +141,11 @@ impl ExactSum {
             return v as f64 * f64::from_bits(1);
         }
         // The 53 bits from `p` down, the bit below them and whether any lower bit is set.
-        let bit = |i: usize| (self.limbs[i / 64] >> (i % 64)) & 1;
-        let mut m = 0u64;
-        for i in (p - 52..=p).rev() {
-            m = (m << 1) | bit(i);
-        }
-        let round = p >= 53 && bit(p - 53) == 1;
-        let sticky = (0..p.saturating_sub(53)).any(|i| bit(i) == 1);
+        let mut m = self.bits_from(p - 52) & ((1 << 53) - 1);
+        let round = self.bits_from(p - 53) & 1 == 1;
+        let low = p - 53;
+        let sticky = self.limbs[..low / 64].iter().any(|&l| l != 0)
+            || self.limbs[low / 64] & ((1u64 << (low % 64)) - 1) != 0;
         let mut e = p - 52; // the value is m * 2^(e - 1074)
         if round && (sticky || m & 1 == 1) {
             m += 1;
@@ -274,6 +290,16 @@ mod tests {
                 one.add(x);
                 prop_assert_eq!(one.to_f64(), x);
             }
+        }
+
+        #[test]
+        fn two_terms_round_as_ieee_addition(
+            a in any::<u64>().prop_map(|b| f64::from_bits(b >> 1)),
+            b in any::<u64>().prop_map(|b| f64::from_bits(b >> 1)),
+        ) {
+            // IEEE addition rounds the exact sum to nearest, ties to even, as `to_f64`.
+            prop_assume!(a.is_finite() && b.is_finite());
+            prop_assert_eq!(ExactSum::of([a, b]).to_f64(), a + b);
         }
 
         #[test]

@@ -3,7 +3,7 @@
 use crate::candidates::Candidates;
 use crate::chain::{Stage, StageContext};
 use crate::error::Error;
-use crate::typical_p::entropy;
+use crate::typical_p::{entropy, exact_total};
 
 /// Keeps only the most likely candidate (ties to the lower id): a temperature of 0.
 fn keep_argmax(c: &mut Candidates) {
@@ -105,8 +105,8 @@ impl DynamicTemperature {
         }
         let d = f64::from(self.delta);
         let (t_min, t_max) = ((t - d).max(0.0), t + d);
-        let total = c.weights(&mut self.weights);
-        let h = entropy(c, &self.weights, total);
+        c.weights(&mut self.weights);
+        let h = entropy(c, &self.weights, exact_total(&self.weights));
         let norm = h / (n as f64).ln();
         Some(t_min + (t_max - t_min) * norm.powf(f64::from(self.exponent)))
     }

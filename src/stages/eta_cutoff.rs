@@ -5,7 +5,7 @@ use crate::candidates::Candidates;
 use crate::chain::{Stage, StageContext};
 use crate::epsilon_cutoff::cut_below;
 use crate::error::Error;
-use crate::typical_p::entropy;
+use crate::typical_p::{entropy, exact_total};
 
 /// The eta-cutoff stage of a [`Chain`](crate::Chain) (Hugging Face `eta_cutoff`): an
 /// entropy-dependent epsilon cutoff.
@@ -95,7 +95,7 @@ impl Stage for EtaCutoff {
             return Ok(());
         }
         let total = c.weights(&mut self.weights);
-        let h = entropy(c, &self.weights, total);
+        let h = entropy(c, &self.weights, exact_total(&self.weights));
         let eps = self.epsilon.decimal;
         let eta = eps.min(eps.sqrt() * (-h).exp());
         cut_below(

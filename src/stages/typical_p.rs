@@ -4,10 +4,8 @@
 use crate::candidates::Candidates;
 use crate::chain::{Stage, StageContext};
 use crate::error::Error;
+use crate::kernels::exact_sum::ExactSum;
 use crate::TokenId;
-
-/// Below this many keys the weighted selection finishes with a plain sort.
-const SMALL: usize = 32;
 
 /// Distance buckets of 1/64 nat; distances of 64 nats and more share the last one.
 const BUCKETS: usize = 64 * 64;
@@ -24,48 +22,39 @@ fn key_order(a: &Key, b: &Key) -> std::cmp::Ordering {
     a.0.total_cmp(&b.0).then(a.2.cmp(&b.2))
 }
 
-/// The smallest key `k` (in `(shifted, id)` order) such that the weights of every key
-/// `<= k` sum to at least `target`; the largest key when rounding leaves `target`
-/// unreached. Expected `O(n)`: quickselect on the keys, no full sort. `keys` is
-/// permuted. Returns `None` for no keys.
-pub(crate) fn weighted_threshold(keys: &mut [Key], target: f64) -> Option<Key> {
-    let (mut lo, mut hi, mut acc) = (0usize, keys.len(), 0.0f64);
-    loop {
-        let s = &mut keys[lo..hi];
-        if s.len() <= SMALL {
-            s.sort_unstable_by(key_order);
-            for k in s.iter() {
-                acc += k.1;
-                if acc >= target {
-                    return Some(*k);
-                }
-            }
-            return s.last().copied();
-        }
-        let mid = s.len() / 2;
-        s.select_nth_unstable_by(mid, key_order);
-        let left: f64 = s[..=mid].iter().map(|k| k.1).sum();
-        if acc + left >= target {
-            hi = lo + mid + 1;
-        } else {
-            acc += left;
-            lo += mid + 1;
-        }
-    }
+/// The first key of `keys` (sorted here, in `(shifted, id)` order) at which `acc` plus
+/// the exact running sum of the weights reaches `target`; `None` when none does.
+fn exact_crossing(keys: &mut [Key], mut acc: ExactSum, target: &ExactSum) -> Option<Key> {
+    keys.sort_unstable_by(key_order);
+    keys.iter().copied().find(|k| {
+        acc.add(k.1);
+        acc >= *target
+    })
+}
+
+/// The exact sum of `weights`, rounded once to `f64`: the same total whatever order the
+/// candidates are in.
+pub(crate) fn exact_total(weights: &[f64]) -> f64 {
+    ExactSum::of(weights.iter().copied()).to_f64()
 }
 
 /// Entropy `H = -sum p ln p` of the candidates' distribution (nats, `f64`), from their
-/// weights (as [`Candidates::weights`] writes them) and total. Zero weights add nothing.
+/// weights (as [`Candidates::weights`] writes them) and their [`exact_total`]. Zero
+/// weights add nothing. Each term `(w / total) * (ln(total) - s)` (with `s <= 0` the
+/// scaled logit and `total >= 1`, so no term is negative) is summed exactly and the sum
+/// rounded once, so `H` does not depend on the candidates' order: [`reference`]
+/// computes the same bits.
+///
+/// [`reference`]: crate::reference
 pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
     let (max, t, ln_total) = (f64::from(c.max_logit()), c.temperature(), total.ln());
-    let mut h = 0.0;
+    let mut h = ExactSum::new();
     for (&l, &w) in c.logits().iter().zip(weights) {
         if w > 0.0 {
-            let logp = (f64::from(l) - max) / t - ln_total;
-            h -= (w / total) * logp;
+            h.add((w / total) * (ln_total - (f64::from(l) - max) / t));
         }
     }
-    h
+    h.to_f64()
 }
 
 /// The typical-p stage of a [`Chain`](crate::Chain) (locally typical sampling; Hugging
@@ -80,15 +69,21 @@ pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
 /// `TypicalLogitsWarper` (`last_ind = count(cumsum < mass)`, remove `d > d[last_ind]`),
 /// computed in `f64`. `-inf` candidates are dropped.
 ///
+/// Every sum is order-free: the total and the entropy are summed exactly and rounded
+/// once, and the running weight is compared with `mass * total` exactly, so the kept set
+/// does not depend on the order of the candidates, and equals that of
+/// [`reference`](crate::reference) bit for bit.
+///
 /// - **Default**: off (`mass = 1`); Hugging Face and llama.cpp both treat `1.0` as off.
 ///   The paper suggests `0.2`–`0.95`.
 /// - **Edge cases**: zero or one candidate: unchanged; every candidate `-inf`: unchanged
 ///   (the chain then reports [`Error::NoCandidates`]); a uniform distribution keeps
 ///   everything (all distances are 0). The mass is read as the decimal it was written as
 ///   ([`as_decimal`](crate::as_decimal)).
-/// - **Cost**: `O(n)`: one pass histograms the distances in buckets of 1/64 nat, a
-///   second collects the bucket where the mass is reached and finds the exact cut-off
-///   there by weighted quickselect; no full sort. No allocation once its buffers have
+/// - **Cost**: `O(n)`: exact sums of the weights and the entropy terms, one pass that
+///   histograms the distances in buckets of 1/64 nat, a second that sums the weight
+///   below the bucket where the mass is reached exactly and sorts that bucket's tokens
+///   only, to find the cut-off there; no full sort. No allocation once its buffers have
 ///   grown to the vocabulary.
 ///
 /// The kept tokens are not necessarily the most probable ones: a token far more likely
@@ -161,12 +156,14 @@ impl Stage for TypicalP {
         if self.mass.value >= 1.0 || c.len() <= 1 || max == f32::NEG_INFINITY {
             return Ok(());
         }
-        let total = c.weights(&mut self.weights);
+        c.weights(&mut self.weights);
+        let total_x = ExactSum::of(self.weights.iter().copied());
+        let total = total_x.to_f64();
         let h = entropy(c, &self.weights, total);
         let (maxd, t, ln_total) = (f64::from(max), c.temperature(), total.ln());
         let shifted = |l: f32| (-((f64::from(l) - maxd) / t - ln_total) - h).abs();
-        // Pass 1: weight and count of the candidates per distance bucket (buckets are
-        // monotone in d, so tied distances share one).
+        // Pass 1: weight (in `f64`, to guess the bucket) and count of the candidates per
+        // distance bucket (buckets are monotone in d, so tied distances share one).
         self.bucket_w.clear();
         self.bucket_w.resize(BUCKETS, 0.0);
         self.bucket_n.clear();
@@ -180,39 +177,63 @@ impl Stage for TypicalP {
                 live += 1;
             }
         }
-        if live == 0 {
+        // The target is compared with exact running sums, so the cut does not depend on
+        // the candidates' order. Never reached: every candidate is kept.
+        let target = self.mass.decimal * total;
+        let target_x = ExactSum::of([target]);
+        if live == 0 || total_x < target_x {
             return Ok(());
         }
-        // The bucket where the cumulative weight reaches the target.
-        let target = self.mass.decimal * total;
-        let (mut before, mut n_before, mut cross) = (0.0f64, 0usize, None);
+        // The bucket where the `f64` cumulative weight reaches the target (the last one
+        // when rounding leaves it short): a guess that pass 2 checks exactly.
+        let (mut before, mut cross) = (0.0f64, 0);
         for b in 0..BUCKETS {
             if self.bucket_n[b] == 0 {
                 continue;
             }
+            cross = b;
             if before + self.bucket_w[b] >= target {
-                cross = Some(b);
                 break;
             }
             before += self.bucket_w[b];
-            n_before += self.bucket_n[b];
         }
-        // Rounding left the target unreached: every candidate is kept.
-        let Some(cross) = cross else {
-            return Ok(());
-        };
-        // Pass 2: the exact cut-off inside that bucket only.
+        // Pass 2: the exact weight below that bucket, and its keys.
         self.keys.clear();
+        let (mut below, mut n_before) = (ExactSum::new(), 0usize);
         for ((&l, &w), &id) in c.logits().iter().zip(&self.weights).zip(c.ids()) {
             if l > f32::NEG_INFINITY {
                 let d = shifted(l);
-                if bucket(d) == cross {
-                    self.keys.push((d, w, id));
+                match bucket(d).cmp(&cross) {
+                    std::cmp::Ordering::Less => {
+                        below.add(w);
+                        n_before += 1;
+                    }
+                    std::cmp::Ordering::Equal => self.keys.push((d, w, id)),
+                    std::cmp::Ordering::Greater => {}
                 }
             }
         }
-        let Some((d, _, _)) = weighted_threshold(&mut self.keys, target - before) else {
-            return Ok(());
+        let found = if below < target_x {
+            exact_crossing(&mut self.keys, below, &target_x)
+        } else {
+            None
+        };
+        let d = match found {
+            Some((d, _, _)) => d,
+            None => {
+                // Rare: rounding put the crossing in another bucket; every key, exactly.
+                self.keys.clear();
+                for ((&l, &w), &id) in c.logits().iter().zip(&self.weights).zip(c.ids()) {
+                    if l > f32::NEG_INFINITY {
+                        self.keys.push((shifted(l), w, id));
+                    }
+                }
+                n_before = 0;
+                match exact_crossing(&mut self.keys, ExactSum::new(), &target_x) {
+                    Some((d, _, _)) => d,
+                    None => return Ok(()),
+                }
+            }
         };
         let n_kept = n_before + self.keys.iter().filter(|k| k.0 <= d).count();
         let mut limit = (d, 0.0, TokenId::MAX);
