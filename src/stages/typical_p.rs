@@ -7,6 +7,9 @@ use crate::error::Error;
 use crate::kernels::exact_sum::ExactSum;
 use crate::TokenId;
 
+/// Up to this many candidates, the keys are sorted directly (no histogram).
+const DIRECT: usize = 64;
+
 /// Distance buckets of 1/64 nat; distances of 64 nats and more share the last one.
 const BUCKETS: usize = 64 * 64;
 
@@ -30,6 +33,24 @@ fn exact_crossing(keys: &mut [Key], mut acc: ExactSum, target: &ExactSum) -> Opt
         acc.add(k.1);
         acc >= *target
     })
+}
+
+/// Every finite candidate's key into `keys`, and the distance of the key at which the
+/// exact running weight (in key order) reaches `target`; `None` when none does.
+fn cut_all(
+    keys: &mut Vec<Key>,
+    c: &Candidates,
+    weights: &[f64],
+    shifted: &impl Fn(f32) -> f64,
+    target: &ExactSum,
+) -> Option<f64> {
+    keys.clear();
+    for ((&l, &w), &id) in c.logits().iter().zip(weights).zip(c.ids()) {
+        if l > f32::NEG_INFINITY {
+            keys.push((shifted(l), w, id));
+        }
+    }
+    exact_crossing(keys, ExactSum::new(), target).map(|k| k.0)
 }
 
 /// The exact sum of `weights`, rounded once to `f64`: the same total whatever order the
@@ -80,7 +101,8 @@ pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
 ///   (the chain then reports [`Error::NoCandidates`]); a uniform distribution keeps
 ///   everything (all distances are 0). The mass is read as the decimal it was written as
 ///   ([`as_decimal`](crate::as_decimal)).
-/// - **Cost**: `O(n)`: exact sums of the weights and the entropy terms, one pass that
+/// - **Cost**: `O(n)`: exact sums of the weights and the entropy terms; up to 64
+///   candidates, a sort of their distances; beyond, one pass that
 ///   histograms the distances in buckets of 1/64 nat, a second that sums the weight
 ///   below the bucket where the mass is reached exactly and sorts that bucket's tokens
 ///   only, to find the cut-off there; no full sort. No allocation once its buffers have
@@ -162,76 +184,78 @@ impl Stage for TypicalP {
         let h = entropy(c, &self.weights, total);
         let (maxd, t, ln_total) = (f64::from(max), c.temperature(), total.ln());
         let shifted = |l: f32| (-((f64::from(l) - maxd) / t - ln_total) - h).abs();
-        // Pass 1: weight (in `f64`, to guess the bucket) and count of the candidates per
-        // distance bucket (buckets are monotone in d, so tied distances share one).
-        self.bucket_w.clear();
-        self.bucket_w.resize(BUCKETS, 0.0);
-        self.bucket_n.clear();
-        self.bucket_n.resize(BUCKETS, 0);
-        let mut live = 0usize;
-        for (&l, &w) in c.logits().iter().zip(&self.weights) {
-            if l > f32::NEG_INFINITY {
-                let b = bucket(shifted(l));
-                self.bucket_w[b] += w;
-                self.bucket_n[b] += 1;
-                live += 1;
-            }
-        }
         // The target is compared with exact running sums, so the cut does not depend on
         // the candidates' order. Never reached: every candidate is kept.
         let target = self.mass.decimal * total;
         let target_x = ExactSum::of([target]);
-        if live == 0 || total_x < target_x {
+        if total_x < target_x {
             return Ok(());
         }
-        // The bucket where the `f64` cumulative weight reaches the target (the last one
-        // when rounding leaves it short): a guess that pass 2 checks exactly.
-        let (mut before, mut cross) = (0.0f64, 0);
-        for b in 0..BUCKETS {
-            if self.bucket_n[b] == 0 {
-                continue;
-            }
-            cross = b;
-            if before + self.bucket_w[b] >= target {
-                break;
-            }
-            before += self.bucket_w[b];
-        }
-        // Pass 2: the exact weight below that bucket, and its keys.
-        self.keys.clear();
-        let (mut below, mut n_before) = (ExactSum::new(), 0usize);
-        for ((&l, &w), &id) in c.logits().iter().zip(&self.weights).zip(c.ids()) {
-            if l > f32::NEG_INFINITY {
-                let d = shifted(l);
-                match bucket(d).cmp(&cross) {
-                    std::cmp::Ordering::Less => {
-                        below.add(w);
-                        n_before += 1;
-                    }
-                    std::cmp::Ordering::Equal => self.keys.push((d, w, id)),
-                    std::cmp::Ordering::Greater => {}
-                }
-            }
-        }
-        let found = if below < target_x {
-            exact_crossing(&mut self.keys, below, &target_x)
+        let (d, n_before, live) = if c.len() <= DIRECT {
+            // Few candidates: every key, sorted.
+            let Some(d) = cut_all(&mut self.keys, c, &self.weights, &shifted, &target_x) else {
+                return Ok(());
+            };
+            (d, 0, self.keys.len())
         } else {
-            None
-        };
-        let d = match found {
-            Some((d, _, _)) => d,
-            None => {
-                // Rare: rounding put the crossing in another bucket; every key, exactly.
-                self.keys.clear();
-                for ((&l, &w), &id) in c.logits().iter().zip(&self.weights).zip(c.ids()) {
-                    if l > f32::NEG_INFINITY {
-                        self.keys.push((shifted(l), w, id));
+            // Pass 1: weight (in `f64`, to guess the bucket) and count of the candidates
+            // per distance bucket (buckets are monotone in d, so tied distances share one).
+            self.bucket_w.clear();
+            self.bucket_w.resize(BUCKETS, 0.0);
+            self.bucket_n.clear();
+            self.bucket_n.resize(BUCKETS, 0);
+            let mut live = 0usize;
+            for (&l, &w) in c.logits().iter().zip(&self.weights) {
+                if l > f32::NEG_INFINITY {
+                    let b = bucket(shifted(l));
+                    self.bucket_w[b] += w;
+                    self.bucket_n[b] += 1;
+                    live += 1;
+                }
+            }
+            // The bucket where the `f64` cumulative weight reaches the target (the last
+            // one when rounding leaves it short): a guess that pass 2 checks exactly.
+            let (mut before, mut cross) = (0.0f64, 0);
+            for b in 0..BUCKETS {
+                if self.bucket_n[b] == 0 {
+                    continue;
+                }
+                cross = b;
+                if before + self.bucket_w[b] >= target {
+                    break;
+                }
+                before += self.bucket_w[b];
+            }
+            // Pass 2: the exact weight below that bucket, and its keys.
+            self.keys.clear();
+            let (mut below, mut n_before) = (ExactSum::new(), 0usize);
+            for ((&l, &w), &id) in c.logits().iter().zip(&self.weights).zip(c.ids()) {
+                if l > f32::NEG_INFINITY {
+                    let d = shifted(l);
+                    match bucket(d).cmp(&cross) {
+                        std::cmp::Ordering::Less => {
+                            below.add(w);
+                            n_before += 1;
+                        }
+                        std::cmp::Ordering::Equal => self.keys.push((d, w, id)),
+                        std::cmp::Ordering::Greater => {}
                     }
                 }
-                n_before = 0;
-                match exact_crossing(&mut self.keys, ExactSum::new(), &target_x) {
-                    Some((d, _, _)) => d,
-                    None => return Ok(()),
+            }
+            let found = if below < target_x {
+                exact_crossing(&mut self.keys, below, &target_x)
+            } else {
+                None
+            };
+            match found {
+                Some((d, _, _)) => (d, n_before, live),
+                None => {
+                    // Rare: rounding put the crossing in another bucket; every key.
+                    let Some(d) = cut_all(&mut self.keys, c, &self.weights, &shifted, &target_x)
+                    else {
+                        return Ok(());
+                    };
+                    (d, 0, live)
                 }
             }
         };
