@@ -35,6 +35,28 @@ fn exact_crossing(keys: &mut [Key], mut acc: ExactSum, target: &ExactSum) -> Opt
     })
 }
 
+/// As [`exact_crossing`], in expected `O(n)`: quickselect on the keys, with the weight
+/// of each lower part summed exactly; `keys` is permuted.
+fn exact_threshold(keys: &mut [Key], mut acc: ExactSum, target: &ExactSum) -> Option<Key> {
+    let (mut lo, mut hi) = (0usize, keys.len());
+    loop {
+        let s = &mut keys[lo..hi];
+        if s.len() <= DIRECT {
+            return exact_crossing(s, acc, target);
+        }
+        let mid = s.len() / 2;
+        s.select_nth_unstable_by(mid, key_order);
+        let mut left = acc.clone();
+        s[..=mid].iter().for_each(|k| left.add(k.1));
+        if left >= *target {
+            hi = lo + mid + 1;
+        } else {
+            acc = left;
+            lo += mid + 1;
+        }
+    }
+}
+
 /// Every finite candidate's key into `keys`, and the distance of the key at which the
 /// exact running weight (in key order) reaches `target`; `None` when none does.
 fn cut_all(
@@ -50,7 +72,7 @@ fn cut_all(
             keys.push((shifted(l), w, id));
         }
     }
-    exact_crossing(keys, ExactSum::new(), target).map(|k| k.0)
+    exact_threshold(keys, ExactSum::new(), target).map(|k| k.0)
 }
 
 /// The exact sum of `weights`, rounded once to `f64`: the same total whatever order the
@@ -104,8 +126,8 @@ pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
 /// - **Cost**: `O(n)`: exact sums of the weights and the entropy terms; up to 64
 ///   candidates, a sort of their distances; beyond, one pass that
 ///   histograms the distances in buckets of 1/64 nat, a second that sums the weight
-///   below the bucket where the mass is reached exactly and sorts that bucket's tokens
-///   only, to find the cut-off there; no full sort. No allocation once its buffers have
+///   below the bucket where the mass is reached exactly and finds the cut-off among
+///   that bucket's tokens only, by weighted quickselect; no full sort. No allocation once its buffers have
 ///   grown to the vocabulary.
 ///
 /// The kept tokens are not necessarily the most probable ones: a token far more likely
@@ -243,7 +265,7 @@ impl Stage for TypicalP {
                 }
             }
             let found = if below < target_x {
-                exact_crossing(&mut self.keys, below, &target_x)
+                exact_threshold(&mut self.keys, below, &target_x)
             } else {
                 None
             };
