@@ -75,10 +75,24 @@ fn cut_all(
     exact_threshold(keys, ExactSum::new(), target).map(|k| k.0)
 }
 
+/// Beyond this many terms, sums go through [`ExactSum::add_many`]'s bins.
+const BINNED: usize = 1024;
+
+/// The exact sum of `n` terms.
+fn exact_sum(xs: impl Iterator<Item = f64>, n: usize) -> ExactSum {
+    let mut s = ExactSum::new();
+    if n > BINNED {
+        s.add_many(xs);
+    } else {
+        xs.for_each(|x| s.add(x));
+    }
+    s
+}
+
 /// The exact sum of `weights`, rounded once to `f64`: the same total whatever order the
 /// candidates are in.
 pub(crate) fn exact_total(weights: &[f64]) -> f64 {
-    ExactSum::of(weights.iter().copied()).to_f64()
+    exact_sum(weights.iter().copied(), weights.len()).to_f64()
 }
 
 /// Entropy `H = -sum p ln p` of the candidates' distribution (nats, `f64`), from their
@@ -91,13 +105,9 @@ pub(crate) fn exact_total(weights: &[f64]) -> f64 {
 /// [`reference`]: crate::reference
 pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
     let (max, t, ln_total) = (f64::from(c.max_logit()), c.temperature(), total.ln());
-    let mut h = ExactSum::new();
-    for (&l, &w) in c.logits().iter().zip(weights) {
-        if w > 0.0 {
-            h.add((w / total) * (ln_total - (f64::from(l) - max) / t));
-        }
-    }
-    h.to_f64()
+    let terms = c.logits().iter().zip(weights).filter(|&(_, &w)| w > 0.0);
+    let terms = terms.map(|(&l, &w)| (w / total) * (ln_total - (f64::from(l) - max) / t));
+    exact_sum(terms, weights.len()).to_f64()
 }
 
 /// The typical-p stage of a [`Chain`](crate::Chain) (locally typical sampling; Hugging
@@ -201,7 +211,7 @@ impl Stage for TypicalP {
             return Ok(());
         }
         c.weights(&mut self.weights);
-        let total_x = ExactSum::of(self.weights.iter().copied());
+        let total_x = exact_sum(self.weights.iter().copied(), self.weights.len());
         let total = total_x.to_f64();
         let h = entropy(c, &self.weights, total);
         let (maxd, t, ln_total) = (f64::from(max), c.temperature(), total.ln());
