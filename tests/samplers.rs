@@ -57,14 +57,59 @@ fn probs(row: &[f32], t: f64) -> Vec<f64> {
 fn entropy(row: &[f32], t: f64) -> f64 {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let w: Vec<f64> = row.iter().map(|&l| ((l as f64 - max) / t).exp()).collect();
-    let total: f64 = w.iter().sum();
-    let mut h = 0.0;
-    for (&l, &wi) in row.iter().zip(&w) {
-        if wi > 0.0 {
-            h -= (wi / total) * ((l as f64 - max) / t - total.ln());
+    // The stages round the exact sums once: so does this, in any order. (`ln(total)` is
+    // ill-conditioned for a total next to 1, so one ulp of the total moves a small
+    // entropy far more than 1e-12.)
+    let total = fsum(w.iter().copied());
+    let terms = row.iter().zip(&w).filter(|&(_, &wi)| wi > 0.0);
+    fsum(terms.map(|(&l, &wi)| (wi / total) * (total.ln() - (l as f64 - max) / t)))
+}
+
+/// The correctly rounded sum of `xs` (Shewchuk's exact partials, as Python's
+/// `math.fsum`), independent of the crate's accumulator.
+fn fsum(xs: impl Iterator<Item = f64>) -> f64 {
+    let mut partials: Vec<f64> = Vec::new();
+    for mut x in xs {
+        let mut i = 0;
+        for j in 0..partials.len() {
+            let mut y = partials[j];
+            if x.abs() < y.abs() {
+                std::mem::swap(&mut x, &mut y);
+            }
+            let hi = x + y;
+            let lo = y - (hi - x);
+            if lo != 0.0 {
+                partials[i] = lo;
+                i += 1;
+            }
+            x = hi;
+        }
+        partials.truncate(i);
+        partials.push(x);
+    }
+    let Some(mut n) = partials.len().checked_sub(1) else {
+        return 0.0;
+    };
+    let (mut hi, mut lo) = (partials[n], 0.0);
+    while n > 0 {
+        let x = hi;
+        n -= 1;
+        let y = partials[n];
+        hi = x + y;
+        lo = y - (hi - x);
+        if lo != 0.0 {
+            break;
         }
     }
-    h
+    // Half-way: the rest of the partials decides the rounding.
+    if n > 0 && ((lo < 0.0 && partials[n - 1] < 0.0) || (lo > 0.0 && partials[n - 1] > 0.0)) {
+        let y = lo * 2.0;
+        let x = hi + y;
+        if y == x - hi {
+            hi = x;
+        }
+    }
+    hi
 }
 
 /// Finite ids sorted in draw order: logit descending, ties by lower id.
