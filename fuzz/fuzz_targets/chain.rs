@@ -57,12 +57,11 @@ enum Kind {
     MirostatV2,
 }
 
+/// A stage built twice (`None` when its parameters are refused), and its reference step.
+type Built = (Option<[Box<dyn Stage>; 2]>, Option<Step>);
+
 /// One stage, built twice (the constructors are pure, so both copies are equal).
-fn stage(
-    u: &mut Unstructured<'_>,
-    kind: Kind,
-    vocab: usize,
-) -> arbitrary::Result<(Option<[Box<dyn Stage>; 2]>, Option<Step>)> {
+fn stage(u: &mut Unstructured<'_>, kind: Kind, vocab: usize) -> arbitrary::Result<Built> {
     let keep = u.int_in_range(1..=4)?;
     macro_rules! two {
         ($e:expr) => {{
