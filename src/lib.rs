@@ -323,8 +323,8 @@ pub mod testing;
 // folders above say which floor a module belongs to.
 use engine::{candidates, chain, processor, sampler, scratch, sequence_sampler};
 use kernels::{
-    adjust, exp, floor_band, greedy, histogram, mass, nucleus, order, penalize, scan, select, simd,
-    stats,
+    adjust, exp, flat, floor_band, greedy, histogram, mass, nucleus, order, penalize, scan, select,
+    simd, stats,
 };
 use sequence::{batch, draw, history, logprobs, rng, sample};
 use stages::{

@@ -30,10 +30,11 @@ use crate::rng::DrawRng;
 use crate::sample::Sample;
 use crate::scratch::Scratch;
 use crate::TokenId;
-use crate::{adjust, draw, greedy, histogram, logprobs, nucleus, penalize, select};
+use crate::{adjust, draw, flat, greedy, histogram, logprobs, nucleus, penalize, select};
 
 /// Min-p alone sorts the tokens near its threshold directly when there are at most this
-/// many; beyond, it goes through the histogram.
+/// many; beyond, it goes through the histogram. (For the precise weights: the fast
+/// ones take [`MIN_P_NEAR`] and [`flat_min_p`].)
 const MIN_P_DIRECT: usize = 4096;
 /// Candidates the top-p path without top-k selects first: enough for the nucleus of a
 /// peaked row (hundreds of tokens).
@@ -42,23 +43,33 @@ const NUCLEUS: usize = 1024;
 /// histogram.
 const NUCLEUS_MAX: usize = 4096;
 
-/// The one-pass min-p path gives up (for the histogram) after collecting more than this
-/// many tokens near the running maximum: on a crowded row it would read the rest entry
-/// by entry.
-const MIN_P_NEAR: usize = 4096;
+/// The one-pass min-p path gives up after collecting more than this many tokens near
+/// the running maximum (on a crowded row it would read the rest entry by entry), for
+/// [`flat_min_p`], which also sorts its survivors when they are at most this many: so
+/// the survivors, their weights and their total are the same bit for bit whichever of
+/// the two takes a row, and whatever form the row has (the compact row of a mask, the
+/// row under marks, a masked copy).
+///
+/// With the precise weights, [`MIN_P_DIRECT`]: at least [`SPARSE_MAX`], so that neither
+/// path gives up on a compact row.
+const MIN_P_NEAR: usize = 1024;
+
+/// The draw over `Survivors::Flat` narrows its window down to at most this many
+/// survivors before it sorts them.
+const FLAT_WINDOW: usize = 64;
 
 /// A mask that allows at most this many tokens is read as a compact row: the allowed
 /// tokens' adjusted logits, gathered in id order, instead of a masked copy of the whole
 /// row.
 ///
-/// At most [`MIN_P_NEAR`], so that the one-pass min-p selection never gives up on either
-/// form of the row (it can only collect finite entries): every decision of the tail cuts
-/// is then made the same way on the compact row as on the masked copy, and the result is
-/// the same bit for bit. Gathering 4,096 tokens spread at random takes about 20 us at
+/// At most [`MIN_P_DIRECT`], so that the precise min-p paths never give up on either
+/// form of the row (they can only collect finite entries): every decision of the tail
+/// cuts is then made the same way on the compact row as on the masked copy, and the
+/// result is the same bit for bit. Gathering 4,096 tokens spread at random takes about 20 us at
 /// 151,936 logits (10 neighbouring ones about 2 us); marking the others takes 2.5 us,
 /// but then a cut without top-k reads the whole row: top-p 0.95 alone took 128 us on
 /// 4,096 gathered tokens against 331 us under marks for 4,097 (see `BENCHMARKS.md`).
-const SPARSE_MAX: usize = MIN_P_NEAR;
+const SPARSE_MAX: usize = MIN_P_DIRECT;
 
 /// [`SPARSE_MAX`] for greedy and a top-k of the one-pass selection, which read marks at
 /// almost no cost (the mask stage is about 2.5 us at 151,936 logits, whatever the mask):
@@ -112,6 +123,19 @@ enum Survivors {
         total: f64,
         frame: Frame,
         /// Bound on the error of the buckets' cumulative masses (0 when precise).
+        err: f64,
+    },
+    /// Min-p's survivors on a flat row (more than [`MIN_P_NEAR`]): every token of
+    /// `scratch.flat` / `scratch.flat_ids` (`n`, in id order, never sorted whole), all at
+    /// or above the logit `floor`, with their fast weights `scratch.flat_w` at
+    /// temperature `t` in frame `frame`, which sum to `total`; `err` bounds the error of
+    /// the sum of any of them.
+    Flat {
+        n: usize,
+        total: f64,
+        frame: Frame,
+        t: f32,
+        floor: f32,
         err: f64,
     },
     /// Greedy: the argmax alone.
@@ -1126,6 +1150,10 @@ impl Engine {
             Survivors::Prefix { n, .. } => {
                 c.reset_sorted(s.cand[..n].iter().map(|&(l, id)| (id_of(id), l)), t);
             }
+            Survivors::Flat { .. } => {
+                sort_flat(s);
+                c.reset_sorted(s.cand.iter().map(|&(l, id)| (id_of(id), l)), t);
+            }
             Survivors::Hist { lo, n, frame, .. } => {
                 s.cand2.clear();
                 if lo > 0 {
@@ -1249,6 +1277,16 @@ impl Engine {
                 let total = s.weight.iter().sum();
                 Some(Survivors::Prefix { n, total })
             }
+            Survivors::Flat {
+                frame,
+                t: at,
+                floor,
+                ..
+            } => Some(if at == t {
+                survivors
+            } else {
+                weigh_flat(s, frame.max, t, floor)
+            }),
             Survivors::Hist { lo, n, frame, .. } => {
                 let last = if n > 0 {
                     s.cand[n - 1]
@@ -1306,8 +1344,11 @@ impl Engine {
         out.clear();
         let t = self.draw_temperature();
         let s = &mut self.scratch;
+        let survivors = settle_flat(s, survivors);
         match survivors {
             Survivors::Greedy(id) => out.push((id, 1.0)),
+            // (Settled into a prefix above.)
+            Survivors::Flat { .. } => {}
             Survivors::Prefix { n, total } => out.extend(
                 s.cand[..n]
                     .iter()
@@ -1367,6 +1408,7 @@ impl Engine {
     ) {
         let t = self.draw_temperature();
         let none = if log { f32::NEG_INFINITY } else { 0.0 };
+        let survivors = settle_flat(&mut self.scratch, survivors);
         let s = &self.scratch;
         let id_of = |i: TokenId| ids.map_or(i, |ids| ids[i as usize]) as usize;
         let (n, total) = match survivors {
@@ -1378,6 +1420,11 @@ impl Engine {
             Survivors::Prefix { n, total } => {
                 out.fill(none);
                 (n, total)
+            }
+            // (Settled into a prefix above.)
+            Survivors::Flat { .. } => {
+                out.fill(none);
+                return;
             }
             Survivors::Hist {
                 lo,
@@ -1429,6 +1476,7 @@ impl Engine {
     /// the fast weights.
     fn cut<U: Logit>(&mut self, adj: &[U], precise: bool) -> Result<Option<Survivors>, Error> {
         let (floor_ln, p_dec) = (self.floor_ln, self.top_p);
+        let t_draw = self.draw_temperature();
         let p = &self.params;
         let keep = p.min_tokens_to_keep();
         let s = &mut self.scratch;
@@ -1476,13 +1524,20 @@ impl Engine {
         }
         // Min-p alone on an untouched row: one pass finds the maximum and the tokens near
         // it; when they are few, sort them and cut exactly.
+        let near_cap = if precise { MIN_P_DIRECT } else { MIN_P_NEAR };
+        // (The row's maximum, which that pass finds even when it gives up.)
+        let mut row_max = None;
         if let (true, Some(lm), None) = (top_p >= 1.0, ln_min, s.overlay.marked()) {
             // In logit units, with a margin of a sixteenth of a nat for rounding.
             let width = (f64::from(t) * (lm - 1.0 / 16.0)) as f32;
-            if let Some(max) = select::near_max(adj, width, MIN_P_NEAR, &mut s.cand)? {
-                if max == f32::NEG_INFINITY {
-                    return Err(Error::NoCandidates);
-                }
+            let (max, complete) = select::near_max(adj, width, near_cap, !precise, &mut s.cand)?;
+            if max == f32::NEG_INFINITY {
+                return Err(Error::NoCandidates);
+            }
+            // (Without marks there are no patches: the row's maximum is the adjusted
+            // row's.)
+            row_max = Some(max);
+            if complete {
                 // Every token above `floor` was collected (the threshold only rose
                 // towards it); tokens at `floor` exactly may be missing, so drop them.
                 let floor = max + width;
@@ -1501,6 +1556,12 @@ impl Engine {
                     return Ok(Some(Survivors::Prefix { n, total }));
                 }
             }
+        }
+        // Min-p alone with many survivors (or under marks), for the fast draw: the exact
+        // threshold on the logit, the survivors above it, and the histogram of those
+        // alone.
+        if let (true, Some(lm), false) = (top_p >= 1.0, ln_min, precise) {
+            return flat_min_p(s, adj, row_max, (t, t_draw), lm, keep).map(Some);
         }
         // Top-p without top-k: the best `NUCLEUS` tokens, the total mass from one
         // vectorised pass, and an exact cut among those tokens when the nucleus lies
@@ -1749,6 +1810,21 @@ impl Engine {
                 let i = draw::inverse_cdf(&s.weight[..n], total, u);
                 Sample::new(s.cand[i].1, (s.weight[i] / total).ln() as f32)
             }
+            Survivors::Flat {
+                n,
+                total,
+                frame,
+                t,
+                floor,
+                err,
+            } => {
+                // As for `Hist` below, with the survivors alone as terms.
+                let margin =
+                    2.0 * err + draw::margin(n + BUCKETS, total) + 4.0 * f64::EPSILON * total;
+                let walk = (frame, t, floor);
+                let (id, w) = draw_flat(&mut self.scratch, walk, (u * total, total), margin)?;
+                Sample::new(id, (w / total).ln() as f32)
+            }
             Survivors::Hist {
                 lo,
                 n,
@@ -1797,6 +1873,14 @@ impl Engine {
                 .iter()
                 .position(|&(_, c)| c == id)
                 .map_or(f32::NEG_INFINITY, |i| (s.weight[i] / total).ln() as f32),
+            Survivors::Flat {
+                total, frame, t, ..
+            } => s
+                .flat_ids
+                .binary_search(&id)
+                .map_or(f32::NEG_INFINITY, |i| {
+                    (scaled(s.flat[i], frame.max, t).exp() / total).ln() as f32
+                }),
             Survivors::Hist {
                 lo,
                 n,
@@ -2142,6 +2226,204 @@ fn above_ln(cand: &[(f32, TokenId)], max: f32, t: f32, ln_min: f64) -> usize {
     cand.iter()
         .take_while(|&&(l, _)| scaled(l, max, t) >= ln_min)
         .count()
+}
+
+/// Min-p alone (its threshold `ln(min_p)`, or a first stage's floor, `lm`) for the fast
+/// draw, at the cut's temperature `t` and the draw's `t_draw`: the adjusted row's
+/// maximum (`known_max`, when a pass over the checked row found it), the exact threshold on the logit ([`flat::threshold`]), and one vectorised
+/// pass that collects every unmarked token above it, then the patches above it, in id
+/// order. Those are min-p's survivors exactly, the set [`above_ln`] keeps.
+///
+/// At most [`MIN_P_NEAR`] of them (or fewer than `keep`): sorted, a prefix, as the
+/// one-pass path gives. More: `Survivors::Flat`, the histogram of their fast weights at
+/// `t_draw`, so that the draw sorts the tokens of one bucket only.
+fn flat_min_p<U: Logit>(
+    s: &mut Scratch,
+    adj: &[U],
+    known_max: Option<f32>,
+    (t, t_draw): (f32, f32),
+    lm: f64,
+    keep: usize,
+) -> Result<Survivors, Error> {
+    let ov = &s.overlay;
+    let max = match known_max {
+        Some(max) => max,
+        None => adjusted_max(adj, ov)?,
+    };
+    if max == f32::NEG_INFINITY {
+        return Err(Error::NoCandidates);
+    }
+    let thr = flat::threshold(max, t, lm);
+    let (vals, ids) = (&mut s.flat, &mut s.flat_ids);
+    crate::simd::compress(
+        adj,
+        ov.marked(),
+        (thr.next_down(), f32::INFINITY),
+        vals,
+        ids,
+    );
+    s.cand2.clear();
+    s.cand2.extend(
+        ov.patch
+            .iter()
+            .filter(|p| p.1 >= thr)
+            .map(|&(id, l)| (l, id)),
+    );
+    if !s.cand2.is_empty() {
+        s.cand2.sort_unstable_by_key(|c| c.1);
+        flat::merge(&mut s.flat, &mut s.flat_ids, &s.cand2);
+    }
+    let m = s.flat.len();
+    if keep > m {
+        // Fewer survivors than `keep`: the best `keep`.
+        select::select_patched(adj, keep, ov, &mut s.cand)?;
+        fill_weights(&s.cand, max, t, &mut s.weight);
+        let total = s.weight.iter().sum();
+        return Ok(Survivors::Prefix {
+            n: s.cand.len(),
+            total,
+        });
+    }
+    if m <= MIN_P_NEAR {
+        sort_flat(s);
+        fill_weights(&s.cand, max, t, &mut s.weight);
+        let total = s.weight.iter().sum();
+        return Ok(Survivors::Prefix { n: m, total });
+    }
+    Ok(weigh_flat(s, max, t_draw, thr))
+}
+
+/// `Survivors::Flat` over `scratch.flat` at temperature `t`: the fast weights of those
+/// entries, every one at or above `floor`, and their total.
+fn weigh_flat(s: &mut Scratch, max: f32, t: f32, floor: f32) -> Survivors {
+    let f = Frame::new(max, t);
+    let n = s.flat.len();
+    s.flat_w.clear();
+    s.flat_w.resize(n, 0.0);
+    let total = crate::simd::weigh(&s.flat, f, &mut s.flat_w);
+    // Each weight is within the bound of the histogram's bucket of `floor`, the last
+    // one any survivor's key reaches (the key is monotone), or, for the buckets of
+    // weights below `e^-63`, of the last bucket; the `f64` sums of up to `n` of them
+    // round by less than `2 n` ulps.
+    let hi = (histogram::key(floor, f) as usize).min(LAST);
+    let (count, mass) = (n as u32, total);
+    let err = histogram::error_bound(hi.min(LAST - 1), count, mass, f)
+        + histogram::error_bound(LAST, count, mass, f)
+        + 2.0 * n as f64 * f64::EPSILON * mass;
+    Survivors::Flat {
+        n,
+        total,
+        frame: f,
+        t,
+        floor,
+        err,
+    }
+}
+
+/// `scratch.flat` into `scratch.cand`, in draw order.
+fn sort_flat(s: &mut Scratch) {
+    s.cand.clear();
+    s.cand
+        .extend(s.flat.iter().copied().zip(s.flat_ids.iter().copied()));
+    s.cand.sort_unstable_by(select::order);
+}
+
+/// `Survivors::Flat` as the prefix of `scratch.cand` it stands for, with the `f64`
+/// weights at its temperature (for the paths that list every survivor); the others as
+/// they are.
+fn settle_flat(s: &mut Scratch, survivors: Survivors) -> Survivors {
+    match survivors {
+        Survivors::Flat { n, frame, t, .. } => {
+            sort_flat(s);
+            fill_weights(&s.cand, frame.max, t, &mut s.weight);
+            let total = s.weight.iter().sum();
+            Survivors::Prefix { n, total }
+        }
+        other => other,
+    }
+}
+
+/// Inverse CDF over `Survivors::Flat` (frame, temperature and floor in `walk`, fast
+/// total `total`) without
+/// sorting them: a search on the logit narrows the window `(lo, hi]` that holds the
+/// token where the running mass passes `target`. Each pass takes the fast mass of the
+/// survivors above two points around the target's place (interpolated on the masses at
+/// the window's ends, or the window's thirds when that made little progress), and a
+/// point counts as decided only when `margin` cannot move its mass across the target.
+/// Then the window's survivors alone are sorted (rebuilt into `(value, id)`), and walked
+/// with their exact weights from the fast mass above the window. `None` when the target
+/// comes within `margin` of a running sum, or is not reached: the precise weights
+/// decide.
+fn draw_flat(
+    s: &mut Scratch,
+    (f, t, floor): (Frame, f32, f32),
+    (target, total): (f64, f64),
+    margin: f64,
+) -> Option<(TokenId, f64)> {
+    let mid = |a: f32, b: f32, q: f64| (f64::from(a) + (f64::from(b) - f64::from(a)) * q) as f32;
+    let (mut lo, mut hi) = (floor.next_down().max(f32::MIN), f.max);
+    // The fast mass of the survivors above `hi` (none above the maximum) and above
+    // `lo` (all), and how many they are.
+    let ((mut m_hi, mut n_hi), (mut m_lo, mut n_lo)) = ((0.0, 0), (total, s.flat.len()));
+    let mut slow = false;
+    for _ in 0..32 {
+        let n = n_lo - n_hi;
+        if n <= FLAT_WINDOW {
+            break;
+        }
+        // Where the mass would pass the target if it were spread evenly over the
+        // window's logits, and a band around it as wide as a sixteenth of the window's
+        // survivors would be; or the window's thirds.
+        let (qa, qb) = if slow {
+            (1.0 / 3.0, 2.0 / 3.0)
+        } else {
+            let q = ((target - m_hi) / (m_lo - m_hi)).clamp(0.0, 1.0);
+            let band = 0.5 * (FLAT_WINDOW as f64 / n as f64).max(1.0 / 16.0);
+            ((1.0 - q - band).max(0.0), (1.0 - q + band).min(1.0))
+        };
+        let (xa, xb) = (mid(lo, hi, qa), mid(lo, hi, qb));
+        let [(ma, ca), (mb, cb)] = crate::simd::mass_above(&s.flat, &s.flat_w, [xa, xb]);
+        let before = n;
+        let mut stop = false;
+        // (`xa <= xb`: the mass above `xa` is the larger.)
+        for (x, m, c) in [(xb, mb, cb), (xa, ma, ca)] {
+            if !(x > lo && x < hi) {
+                continue;
+            }
+            if m + margin < target {
+                (hi, m_hi, n_hi) = (x, m, c);
+            } else if m - margin > target {
+                (lo, m_lo, n_lo) = (x, m, c);
+            } else {
+                // Too close to call: the window as it is.
+                stop = true;
+            }
+        }
+        if stop || n_lo - n_hi == before {
+            break;
+        }
+        slow = 4 * (n_lo - n_hi) > before;
+    }
+    let _ = m_lo;
+    crate::simd::compress(&s.flat, None, (lo, hi), &mut s.win, &mut s.win_at);
+    s.cand2.clear();
+    let ids = &s.flat_ids;
+    s.cand2
+        .extend((s.win.iter().zip(&s.win_at)).map(|(&l, &i)| (l, ids[i as usize])));
+    s.cand2.sort_unstable_by(select::order);
+    fill_weights(&s.cand2, f.max, t, &mut s.weight2);
+    let mut c = m_hi;
+    for (i, &x) in s.weight2.iter().enumerate() {
+        let prev = c;
+        c += x;
+        if x > 0.0 && c > target {
+            if target - prev <= margin || c - target <= margin {
+                return None;
+            }
+            return Some((s.cand2[i].1, x));
+        }
+    }
+    None
 }
 
 /// One draw over `Survivors::Hist`.

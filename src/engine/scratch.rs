@@ -26,6 +26,17 @@ pub(crate) struct Scratch {
     /// A second candidate list (one histogram bucket, for the draw) and its weights.
     pub(crate) cand2: Vec<(f32, TokenId)>,
     pub(crate) weight2: Vec<f64>,
+    /// Min-p's survivors on a flat row in id order (not draw order): their adjusted
+    /// logits and their ids (see [`flat`](crate::flat)), with room for a whole row and one
+    /// vector more.
+    pub(crate) flat: Vec<f32>,
+    pub(crate) flat_ids: Vec<TokenId>,
+    /// The fast weights of `flat`, same order.
+    pub(crate) flat_w: Vec<f32>,
+    /// The entries of `flat` within the draw's window: their logits and their indices
+    /// into `flat`.
+    pub(crate) win: Vec<f32>,
+    pub(crate) win_at: Vec<TokenId>,
     /// Histogram: count and mass per bucket.
     pub(crate) hist_count: Vec<u32>,
     pub(crate) hist_mass: Vec<f64>,
@@ -54,6 +65,11 @@ impl Scratch {
             weight2: with_capacity(vocab_size)?,
             cand: with_capacity(vocab_size)?,
             weight: with_capacity(vocab_size)?,
+            flat: with_capacity(vocab_size + crate::adjust::LANES)?,
+            flat_ids: with_capacity(vocab_size + crate::adjust::LANES)?,
+            flat_w: with_capacity(vocab_size + crate::adjust::LANES)?,
+            win: with_capacity(vocab_size + crate::adjust::LANES)?,
+            win_at: with_capacity(vocab_size + crate::adjust::LANES)?,
             seeds: with_capacity(vocab_size / crate::adjust::BLOCK + 1)?,
             overlay: crate::adjust::Overlay::try_new(vocab_size)?,
             counts: Vec::new(),

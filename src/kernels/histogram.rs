@@ -195,21 +195,27 @@ pub(crate) fn build<T: Logit>(
         });
     } else {
         build_with(row, overlay, f, limit, count, mass, |f, l| {
-            // All in `f32`, so the loop runs on full vectors. `l - max` is rounded to
-            // `d`, whose exact error `e` (two-sum) goes back in to first order:
-            // e^((d + e) / T) = e^(d / T) (1 + e / T). The scaling's own rounding is in
-            // `error_bound`. (A marked token's raw value above the maximum gets weight 1,
-            // in its lane's spare slot.)
-            let d = l - f.max;
-            let back = d - l;
-            let e = (l - (d - back)) + (-f.max - back);
-            let s = d * f.inv_t32;
-            let w = exp_neg_f32(if s < 0.0 { s } else { 0.0 });
-            // (Below -87 the weight is clamped, and so is its correction.)
-            let c = if s > -87.0 { e * f.inv_t32 } else { 0.0 };
-            f64::from(w + w * c)
+            f64::from(fast_weight(f, l))
         });
     }
+}
+
+/// The fast weight of logit `l` in frame `f`, whose error [`error_bound`] bounds.
+///
+/// All in `f32`, so the loops run on full vectors. `l - max` is rounded to `d`, whose
+/// exact error `e` (two-sum) goes back in to first order: e^((d + e) / T) =
+/// e^(d / T) (1 + e / T). The scaling's own rounding is in `error_bound`. (A marked
+/// token's raw value above the maximum gets weight 1, in its lane's spare slot.)
+#[inline(always)]
+pub(crate) fn fast_weight(f: Frame, l: f32) -> f32 {
+    let d = l - f.max;
+    let back = d - l;
+    let e = (l - (d - back)) + (-f.max - back);
+    let s = d * f.inv_t32;
+    let w = exp_neg_f32(if s < 0.0 { s } else { 0.0 });
+    // (Below -87 the weight is clamped, and so is its correction.)
+    let c = if s > -87.0 { e * f.inv_t32 } else { 0.0 };
+    w + w * c
 }
 
 #[inline(always)]
@@ -331,14 +337,7 @@ pub(crate) fn fill<T: Logit>(
             (exp_neg(f.s64(l).min(0.0)) * inv_total) as f32
         }),
         Fill::ProbFast { inv_total } => fill_with(row, overlay, f, lo, none, out, |f, l| {
-            // As in `build`'s fast weights.
-            let d = l - f.max;
-            let back = d - l;
-            let e = (l - (d - back)) + (-f.max - back);
-            let s = d * f.inv_t32;
-            let w = exp_neg_f32(if s < 0.0 { s } else { 0.0 });
-            let c = if s > -87.0 { e * f.inv_t32 } else { 0.0 };
-            (w + w * c) * inv_total
+            fast_weight(f, l) * inv_total
         }),
         Fill::Log { ln_total } => fill_with(row, overlay, f, lo, none, out, |f, l| {
             (f.s64(l) - ln_total) as f32

@@ -5,6 +5,8 @@
 //! - [`select`]: the `k` best entries in one pass (top-k, greedy, top-p's candidates);
 //! - [`scan`]: the per-block bodies of selection's passes (the running-threshold scan,
 //!   the bits of the entries above a threshold);
+//! - [`flat`]: min-p's exact threshold on the logit and the pass that collects the
+//!   entries above it (a flat row's many survivors);
 //! - [`histogram`]: the buckets of the distance below the maximum (flat top-p, min-p, the
 //!   plain draw);
 //! - [`mass`] and [`exp`]: the vectorised row mass and the exps with their error bounds;
@@ -27,6 +29,7 @@
 pub(crate) mod adjust;
 pub(crate) mod exact_sum;
 pub(crate) mod exp;
+pub(crate) mod flat;
 pub(crate) mod floor_band;
 pub(crate) mod greedy;
 pub(crate) mod histogram;

@@ -53,6 +53,7 @@
 use crate::adjust::{lane_marks_if, load, BLOCK};
 use crate::adjust::{Overlay, LANES};
 use crate::element::Logit;
+use crate::flat;
 use crate::histogram::{self, Frame};
 use crate::mass;
 use crate::scan;
@@ -330,6 +331,120 @@ fn block_masks_avx2<T: Logit, const MARKS: bool>(
         _mm256_storeu_ps(sum.as_mut_ptr().add(8), hi);
     }
 }
+
+/// [`flat::compress_portable`] into emptied `vals` and `ids` (the entries in
+/// `(above, upto]`), on the widest vectors the CPU has. The AVX-512 copy compresses each chunk of 16 entries and their ids into the
+/// front of a vector with the comparison's mask (`vcompressps`, register form) and
+/// stores all 16 lanes, the next chunk's overwriting the unused ones: no branch depends
+/// on the entries. Every copy gives the same entries (the test in `flat` checks it).
+pub(crate) fn compress<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    above: (f32, f32),
+    vals: &mut Vec<f32>,
+    ids: &mut Vec<TokenId>,
+) {
+    vals.clear();
+    ids.clear();
+    #[cfg(target_arch = "x86_64")]
+    let popcnt = std::is_x86_feature_detected!("popcnt");
+    match (level(), marks) {
+        // SAFETY: `level` found the CPU supports AVX-512 F, BW and VL, and FMA, and the
+        // test above POPCNT.
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx512, None) if popcnt => unsafe {
+            compress_avx512::<T, false>(row, &[], above, vals, ids)
+        },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx512, Some(m)) if popcnt => unsafe {
+            compress_avx512::<T, true>(row, m, above, vals, ids)
+        },
+        // SAFETY: `level` found the CPU supports AVX2 and FMA (which AVX-512 implies).
+        #[cfg(target_arch = "x86_64")]
+        (Level::Avx2 | Level::Avx512, _) => unsafe { compress_avx2(row, marks, above, vals, ids) },
+        _ => flat::compress_portable(row, marks, above, vals, ids),
+    }
+}
+
+/// [`compress`] with AVX2: the portable code, compiled for it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn compress_avx2<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    above: (f32, f32),
+    vals: &mut Vec<f32>,
+    ids: &mut Vec<TokenId>,
+) {
+    flat::compress_portable(row, marks, above, vals, ids);
+}
+
+/// [`compress`] with AVX-512 (`vals` and `ids` empty on entry), and POPCNT for the
+/// number of entries each chunk keeps.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,popcnt")]
+fn compress_avx512<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    (above, upto): (f32, f32),
+    vals: &mut Vec<f32>,
+    ids: &mut Vec<TokenId>,
+) {
+    use std::arch::x86_64::*;
+    const _: () = assert!(LANES == 16);
+    let whole = row.len() / LANES * LANES;
+    // (Room for every entry and one spare vector: no allocation once the scratch holds
+    // it.)
+    vals.reserve(whole + LANES);
+    ids.reserve(whole + LANES);
+    let (pv, pi) = (vals.as_mut_ptr(), ids.as_mut_ptr());
+    let (t, u) = (_mm512_set1_ps(above), _mm512_set1_ps(upto));
+    let mut idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let step = _mm512_set1_epi32(LANES as i32);
+    let mut n = 0usize;
+    for (c, chunk) in row[..whole].chunks_exact(LANES).enumerate() {
+        let v = load(chunk);
+        // SAFETY: `v` holds 16 `f32`.
+        let x = unsafe { _mm512_loadu_ps(v.as_ptr()) };
+        // Ordered: a NaN compares false, as with `>`.
+        let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, t)
+            & _mm512_cmp_ps_mask::<_CMP_LE_OQ>(x, u)
+            & !(lane_marks_if::<MARKS>(marks, c * LANES) as u16);
+        // SAFETY: `n <= c * 16`, so the 16 slots from `n` lie within the capacity of
+        // `whole + 16` reserved above.
+        unsafe {
+            _mm512_storeu_ps(pv.add(n), _mm512_maskz_compress_ps(keep, x));
+            _mm512_storeu_si512(pi.add(n).cast(), _mm512_maskz_compress_epi32(keep, idx));
+        }
+        n += keep.count_ones() as usize;
+        idx = _mm512_add_epi32(idx, step);
+    }
+    // SAFETY: the first `n` slots of both were written above (`n` is within capacity).
+    unsafe {
+        vals.set_len(n);
+        ids.set_len(n);
+    }
+    flat::compress_tail::<T, MARKS>(row, marks, whole, (above, upto), vals, ids);
+}
+
+dispatch!(
+    /// [`flat::max_sum`], on the widest vectors the CPU has.
+    max_sum, max_sum_avx2, max_sum_avx512, flat::max_sum,
+    fn<T>(part: &[T], sum: &mut [f32; LANES]) -> f32
+);
+
+dispatch!(
+    /// [`flat::weigh`], on the widest vectors the CPU has.
+    weigh, weigh_avx2, weigh_avx512, flat::weigh,
+    fn<T>(vals: &[T], f: Frame, out: &mut [f32]) -> f64
+);
+
+dispatch!(
+    /// [`flat::mass_above`], on the widest vectors the CPU has.
+    mass_above, mass_above_avx2, mass_above_avx512, flat::mass_above,
+    fn<T>(vals: &[T], w: &[f32], xs: [f32; 2]) -> [(f64, usize); 2]
+);
 
 dispatch!(
     /// [`mass::fast`], on the widest vectors the CPU has.

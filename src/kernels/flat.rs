@@ -1,0 +1,343 @@
+//! Min-p's survivors on a flat row: the exact threshold on the logit, and the pass that
+//! collects every unmarked entry above it, in id order.
+//!
+//! Min-p alone needs no total mass to decide its set: a token survives exactly when
+//! `(l - max) / T >= ln(min_p)` in `f64`, a predicate monotone in `l`. [`threshold`]
+//! turns it into the smallest `f32` logit that passes, so the set is one comparison per
+//! entry, [`compress_portable`] (run through [`simd::compress`](crate::simd::compress),
+//! which on AVX-512 compresses whole vectors of entries without a branch). The draw then
+//! works on those few entries instead of the row.
+
+use crate::adjust::{is_marked, lane_marks_if, load, LANES};
+use crate::element::Logit;
+use crate::histogram::{fast_weight, Frame};
+use crate::TokenId;
+
+/// The smallest finite `f32` logit `l` with `(l - max) / t >= ln_min` in `f64` (the
+/// predicate of `above_ln`), or `max.next_up()` when not even `max` passes. `max` is
+/// finite and `t` positive; the predicate is monotone in `l` (each `f64` operation
+/// rounds monotonically), so a token survives exactly when its logit is at least this.
+pub(crate) fn threshold(max: f32, t: f32, ln_min: f64) -> f32 {
+    let keeps = |l: f32| (f64::from(l) - f64::from(max)) / f64::from(t) >= ln_min;
+    if !keeps(max) {
+        return max.next_up();
+    }
+    if keeps(f32::MIN) {
+        return f32::MIN;
+    }
+    // Binary search over the `f32` values between `f32::MIN` (fails) and `max` (passes),
+    // in the order of their ordered integer keys.
+    let (mut lo, mut hi) = (ordered(f32::MIN), ordered(max));
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if keeps(from_ordered(mid)) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    from_ordered(hi)
+}
+
+/// A key of `x` (not NaN) whose integer order is the order of the values, `-0.0` just
+/// below `0.0`.
+fn ordered(x: f32) -> u32 {
+    let b = x.to_bits();
+    if b >> 31 == 1 {
+        !b
+    } else {
+        b | 1 << 31
+    }
+}
+
+/// The inverse of [`ordered`].
+fn from_ordered(k: u32) -> f32 {
+    f32::from_bits(if k >> 31 == 1 { k & !(1 << 31) } else { !k })
+}
+
+/// Appends to `vals` and `ids` every entry of `row` above `above` and at most `upto`
+/// that `marks` (token `i` at bit `i % 32` of `marks[i / 32]`, or none) does not mark,
+/// in id order.
+///
+/// Always inlined, so that [`simd::compress`](crate::simd::compress) can compile it for
+/// AVX2.
+#[inline(always)]
+pub(crate) fn compress_portable<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    (above, upto): (f32, f32),
+    vals: &mut Vec<f32>,
+    ids: &mut Vec<TokenId>,
+) {
+    match marks {
+        None => compress_with::<T, false>(row, &[], (above, upto), vals, ids),
+        Some(m) => compress_with::<T, true>(row, m, (above, upto), vals, ids),
+    }
+}
+
+/// [`compress_portable`] with the test of the marks compiled in or out: the bits of a
+/// chunk of [`LANES`] entries without a branch, then one visit per set bit.
+#[inline(always)]
+fn compress_with<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    (above, upto): (f32, f32),
+    vals: &mut Vec<f32>,
+    ids: &mut Vec<TokenId>,
+) {
+    let whole = row.len() / LANES * LANES;
+    for (c, chunk) in row[..whole].chunks_exact(LANES).enumerate() {
+        let v = load(chunk);
+        let mut w = [0u32; LANES];
+        for j in 0..LANES {
+            w[j] = u32::from((v[j] > above) & (v[j] <= upto)) << j;
+        }
+        let base = c * LANES;
+        let mut bits = w.iter().fold(0, |a, &x| a | x) & !lane_marks_if::<MARKS>(marks, base);
+        bits &= 0xffff;
+        while bits != 0 {
+            let j = bits.trailing_zeros() as usize;
+            vals.push(v[j]);
+            ids.push((base + j) as TokenId);
+            bits &= bits - 1;
+        }
+    }
+    compress_tail::<T, MARKS>(row, marks, whole, (above, upto), vals, ids);
+}
+
+/// The entries of [`compress_portable`] from `from` (the end of the whole chunks) on.
+#[inline(always)]
+pub(crate) fn compress_tail<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    from: usize,
+    (above, upto): (f32, f32),
+    vals: &mut Vec<f32>,
+    ids: &mut Vec<TokenId>,
+) {
+    for (j, x) in row[from..].iter().enumerate() {
+        let (l, i) = (x.to_f32(), from + j);
+        if l > above && l <= upto && !(MARKS && is_marked(marks, i)) {
+            vals.push(l);
+            ids.push(i as TokenId);
+        }
+    }
+}
+
+/// The maximum of `part` (whole chunks of [`LANES`]; `-inf` when empty), every entry
+/// added to the lane sums `sum` on the way (for the row's check): lane by lane, no
+/// branch.
+///
+/// Always inlined, so that [`simd::max_sum`](crate::simd::max_sum) can compile it for
+/// wider vectors.
+#[inline(always)]
+pub(crate) fn max_sum<T: Logit>(part: &[T], sum: &mut [f32; LANES]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let mut acc = *sum;
+    for c in part.chunks_exact(LANES) {
+        let v = load(c);
+        for j in 0..LANES {
+            acc[j] += v[j];
+            m[j] = if v[j] > m[j] { v[j] } else { m[j] };
+        }
+    }
+    *sum = acc;
+    crate::adjust::lanes_max(&m)
+}
+
+/// Writes into `out[i]` the fast weight ([`fast_weight`]) of `vals[i]` in frame `f`, and
+/// returns their sum in `f64` (each lane summed in order, then the lanes). `out` is as
+/// long as `vals`.
+///
+/// Always inlined, so that [`simd::weigh`](crate::simd::weigh) can compile it for wider
+/// vectors.
+#[inline(always)]
+pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> f64 {
+    let mut acc = [0.0f64; LANES];
+    let whole = vals.len() / LANES * LANES;
+    let (body, tail) = out.split_at_mut(whole);
+    for (c, o) in vals[..whole]
+        .chunks_exact(LANES)
+        .zip(body.chunks_exact_mut(LANES))
+    {
+        let v = load(c);
+        for j in 0..LANES {
+            let w = fast_weight(f, v[j]);
+            o[j] = w;
+            acc[j] += f64::from(w);
+        }
+    }
+    for (x, o) in vals[whole..].iter().zip(tail) {
+        let w = fast_weight(f, x.to_f32());
+        *o = w;
+        acc[0] += f64::from(w);
+    }
+    acc.iter().sum()
+}
+
+/// For each of the two points `xs[k]`: the sum in `f64` of the weights `w[i]` of the
+/// entries `vals[i] > xs[k]`, and how many there are (the fast mass of the survivors
+/// before a point of the draw order). One pass for both points.
+///
+/// Always inlined, so that [`simd::mass_above`](crate::simd::mass_above) can compile it
+/// for wider vectors.
+#[inline(always)]
+pub(crate) fn mass_above<T: Logit>(vals: &[T], w: &[f32], xs: [f32; 2]) -> [(f64, usize); 2] {
+    // (Two independent sets of lane sums: neither waits on the other's additions.)
+    let (mut acc0, mut acc1) = ([0.0f64; LANES], [0.0f64; LANES]);
+    let (mut cnt0, mut cnt1) = ([0u32; LANES], [0u32; LANES]);
+    let (x0, x1) = (xs[0], xs[1]);
+    let len = vals.len().min(w.len());
+    let whole = len / LANES * LANES;
+    for (c, ws) in vals[..whole].chunks_exact(LANES).zip(w.chunks_exact(LANES)) {
+        let (v, ws) = (load(c), load(ws));
+        for j in 0..LANES {
+            let wj = f64::from(ws[j]);
+            let (a, b) = (v[j] > x0, v[j] > x1);
+            acc0[j] += if a { wj } else { 0.0 };
+            acc1[j] += if b { wj } else { 0.0 };
+            cnt0[j] += u32::from(a);
+            cnt1[j] += u32::from(b);
+        }
+    }
+    let mut out = [(0.0, 0); 2];
+    for (k, (acc, cnt)) in [(acc0, cnt0), (acc1, cnt1)].iter().enumerate() {
+        let mut sum: f64 = acc.iter().sum();
+        let mut n: usize = cnt.iter().map(|&c| c as usize).sum();
+        for (v, &wt) in vals[whole..len].iter().zip(&w[whole..len]) {
+            if v.to_f32() > xs[k] {
+                sum += f64::from(wt);
+                n += 1;
+            }
+        }
+        out[k] = (sum, n);
+    }
+    out
+}
+
+/// Inserts `extra` (`(l, id)`, ids ascending, none of them in `ids`) into `vals` and
+/// `ids` (ids ascending), keeping ids ascending: each run of entries moves once, by as
+/// many places as there are extra entries before it.
+pub(crate) fn merge(vals: &mut Vec<f32>, ids: &mut Vec<TokenId>, extra: &[(f32, TokenId)]) {
+    let old = ids.len();
+    vals.resize(old + extra.len(), 0.0);
+    ids.resize(old + extra.len(), 0);
+    let mut end = old;
+    for (j, &(l, id)) in extra.iter().enumerate().rev() {
+        let p = ids[..end].partition_point(|&x| x < id);
+        ids.copy_within(p..end, p + j + 1);
+        vals.copy_within(p..end, p + j + 1);
+        ids[p + j] = id;
+        vals[p + j] = l;
+        end = p;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The threshold is the exact boundary of the `f64` predicate: it passes and the
+    /// `f32` below it does not, at temperatures with and without rounding.
+    #[test]
+    fn the_threshold_is_the_predicates_boundary() {
+        for (max, t, ln) in [
+            (3.25f32, 1.0f32, (0.05f64).ln()),
+            (-7.5, 0.8, (0.05f64).ln()),
+            (0.0, 0.3, (0.5f64).ln()),
+            (1e-30, 1.7, (1e-3f64).ln()),
+            (12.0, 1.0, 0.0),
+            (5.0, 1e30, (0.05f64).ln()),
+        ] {
+            let keeps = |l: f32| (f64::from(l) - f64::from(max)) / f64::from(t) >= ln;
+            let thr = threshold(max, t, ln);
+            assert!(keeps(thr), "{max} {t} {ln}: {thr}");
+            assert!(
+                thr == f32::MIN || !keeps(thr.next_down()),
+                "{max} {t} {ln}: {thr}"
+            );
+        }
+        assert_eq!(threshold(1.0, 1.0, 0.5), 1.0f32.next_up());
+    }
+
+    /// Every unmarked entry above the threshold, in id order, marks or not, over a row
+    /// with a ragged tail.
+    #[test]
+    fn compress_takes_every_unmarked_entry_above() {
+        let mut x = 0x853c_49e6_748f_ea9bu64;
+        let n = 10_007;
+        let row = crate::test_rows::uniform_row(&mut x, n, 3.0, 89, 3);
+        let marks: Vec<u32> = (0..n.div_ceil(32) as u32)
+            .map(|w| w.wrapping_mul(0x9e37_79b9) ^ 0x0f0f_5555)
+            .collect();
+        for m in [None, Some(&marks[..])] {
+            for (above, upto) in [
+                (f32::NEG_INFINITY, f32::INFINITY),
+                (-1.0, f32::INFINITY),
+                (0.5, 1.25),
+                (2.9, f32::INFINITY),
+                (-0.5, -0.5),
+                (f32::INFINITY, f32::INFINITY),
+            ] {
+                let (mut vals, mut ids) = (Vec::new(), Vec::new());
+                compress_portable(&row, m, (above, upto), &mut vals, &mut ids);
+                let want: Vec<u32> = (0..n)
+                    .filter(|&i| row[i] > above && row[i] <= upto)
+                    .filter(|&i| !m.is_some_and(|m| is_marked(m, i)))
+                    .map(|i| i as u32)
+                    .collect();
+                assert_eq!(ids, want);
+                assert!(vals.iter().zip(&ids).all(|(&v, &i)| v == row[i as usize]));
+                let (mut v2, mut i2) = (Vec::new(), Vec::new());
+                crate::simd::compress(&row, m, (above, upto), &mut v2, &mut i2);
+                assert_eq!(i2, ids);
+                assert_eq!(v2, vals);
+                assert!(!ids.is_empty() || above > 2.0 || upto == above, "{above}");
+            }
+        }
+    }
+
+    /// The weights are the histogram's fast weights, and the masses above a point their
+    /// sums, on every copy.
+    #[test]
+    fn weights_and_masses_match_the_histograms() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let vals = crate::test_rows::uniform_row(&mut x, 5_003, 3.0, 97, 5);
+        let max = vals.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let f = Frame::new(max, 0.8);
+        let mut w = vec![0.0f32; vals.len()];
+        let z = crate::simd::weigh(&vals, f, &mut w);
+        let mut w1 = vec![0.0f32; vals.len()];
+        assert_eq!(weigh(&vals, f, &mut w1).to_bits(), z.to_bits());
+        assert_eq!(w, w1);
+        for (i, &l) in vals.iter().enumerate() {
+            assert_eq!(w[i].to_bits(), fast_weight(f, l).to_bits());
+        }
+        let plain: f64 = w.iter().map(|&x| f64::from(x)).sum();
+        assert!((plain - z).abs() <= 1e-12 * z);
+        let points = [f32::NEG_INFINITY, -2.0, 0.0, max - 0.5, max];
+        for (&a, &b) in points.iter().zip(points.iter().rev()) {
+            let got = crate::simd::mass_above(&vals, &w, [a, b]);
+            assert_eq!(mass_above(&vals, &w, [a, b]), got);
+            for (x, (m, c)) in [a, b].into_iter().zip(got) {
+                let keep: Vec<usize> = (0..vals.len()).filter(|&i| vals[i] > x).collect();
+                assert_eq!(c, keep.len());
+                let want: f64 = keep.iter().map(|&i| f64::from(w[i])).sum();
+                assert!((m - want).abs() <= 1e-12 * want.max(1e-300), "{x}");
+            }
+        }
+    }
+
+    #[test]
+    fn merge_keeps_ids_ascending() {
+        let mut ids = vec![2u32, 5, 9, 10];
+        let mut vals: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
+        merge(
+            &mut vals,
+            &mut ids,
+            &[(0.0, 0), (6.0, 6), (7.0, 7), (11.0, 11)],
+        );
+        assert_eq!(ids, [0, 2, 5, 6, 7, 9, 10, 11]);
+        assert!(vals.iter().zip(&ids).all(|(&v, &i)| v == i as f32));
+    }
+}

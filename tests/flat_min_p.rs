@@ -1,0 +1,308 @@
+//! Min-p on flat rows: thousands of survivors (beyond the 4,096 the one-pass selection
+//! sorts), which the Sampler and a chain's first cut group take by the exact threshold
+//! on the logit and draw from without sorting them. Against `logits::reference`: the
+//! kept set and its probabilities, and the token for uniforms on and next to the
+//! cumulative boundaries, over `f32`/`f16`/`bf16` rows, with a mask (read as marks, or
+//! as a compact row), a logit bias, a presence penalty, `min_tokens_to_keep` and a
+//! temperature other than 1, in the Sampler's order and as a chain `min-p -> T`.
+
+use logits::half::{bf16, f16};
+use logits::reference::{self, Candidate, Step};
+use logits::{Chain, History, Logit, MinP, Sampler, SamplingParams, Temperature, TokenMask};
+use proptest::prelude::*;
+
+/// The largest uniform below 1.
+const TOP: f64 = 1.0 - f64::EPSILON / 2.0;
+
+/// A small deterministic generator (splitmix64).
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A standard normal (Box-Muller).
+    fn normal(&mut self) -> f64 {
+        let (a, b) = (self.unit().max(1e-300), self.unit());
+        (-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()
+    }
+}
+
+/// One case: a flat row and the parameters around min-p.
+#[derive(Clone, Debug)]
+struct Case {
+    seed: u64,
+    n: usize,
+    /// Spread of the row: N(0, scale).
+    scale: f64,
+    min_p: f32,
+    t: f32,
+    min_keep: usize,
+    /// 0: no mask; 1: a mask allowing most tokens (marks); 2: a mask allowing about
+    /// 3,000 (a compact row).
+    mask: u8,
+    bias: bool,
+    penalty: bool,
+    /// 0: `f32`; 1: `f16`; 2: `bf16`.
+    elem: u8,
+}
+
+fn cases() -> impl Strategy<Value = Case> {
+    (
+        any::<u64>(),
+        prop::sample::select(vec![6_007usize, 12_000, 20_011]),
+        prop::sample::select(vec![0.25f64, 0.5, 1.0]),
+        prop::sample::select(vec![0.01f32, 0.05, 0.2]),
+        prop::sample::select(vec![0.7f32, 1.0, 1.3]),
+        prop::sample::select(vec![1usize, 2, 5_000]),
+        0u8..3,
+        any::<bool>(),
+        any::<bool>(),
+        0u8..3,
+    )
+        .prop_map(
+            |(seed, n, scale, min_p, t, min_keep, mask, bias, penalty, elem)| Case {
+                seed,
+                n,
+                scale,
+                min_p,
+                t,
+                min_keep,
+                mask,
+                bias,
+                penalty,
+                elem,
+            },
+        )
+}
+
+impl Case {
+    /// The row, with ties (repeated values) and a few `-inf`.
+    fn row(&self) -> Vec<f32> {
+        let mut r = Mix(self.seed);
+        let mut row: Vec<f32> = (0..self.n)
+            .map(|_| (self.scale * r.normal()) as f32)
+            .collect();
+        for _ in 0..self.n / 50 {
+            let (i, j) = (r.next() as usize % self.n, r.next() as usize % self.n);
+            row[i] = row[j];
+        }
+        for _ in 0..5 {
+            row[r.next() as usize % self.n] = f32::NEG_INFINITY;
+        }
+        row
+    }
+
+    fn mask(&self) -> Option<TokenMask> {
+        let mut r = Mix(self.seed ^ 0x5eed);
+        let keep = match self.mask {
+            0 => return None,
+            1 => 7,
+            _ => (3_000 * 8 / self.n as u64).max(1),
+        };
+        let mut m = TokenMask::new_empty(self.n);
+        for id in 0..self.n as u32 {
+            if r.next() % 8 < keep {
+                m.allow(id).unwrap();
+            }
+        }
+        Some(m)
+    }
+
+    fn params(&self) -> SamplingParams {
+        let mut b = SamplingParams::builder()
+            .temperature(self.t)
+            .min_p(self.min_p)
+            .min_tokens_to_keep(self.min_keep);
+        if self.bias {
+            // Tokens raised to near the top and lowered out of the set.
+            for id in [3u32, 17, 400, 4_001] {
+                b = b.logit_bias(id, 1.5);
+            }
+            b = b.logit_bias(5, -30.0);
+        }
+        if self.penalty {
+            b = b.presence_penalty(0.7);
+        }
+        b.build().unwrap()
+    }
+
+    fn prompt(&self) -> Vec<u32> {
+        if self.penalty {
+            (0..64).map(|i| (i * 89 % self.n) as u32).collect()
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// `u` moved by `k` ulps (within `[0, TOP]`).
+fn step_ulps(u: f64, k: i64) -> f64 {
+    let b = (u.to_bits() as i64 + k).max(0) as u64;
+    f64::from_bits(b).min(TOP)
+}
+
+/// Position in `c` of the reference's token for `u`.
+fn index(c: &[Candidate], u: f64) -> usize {
+    let id = reference::draw(c, u);
+    c.iter().position(|x| x.id == id).unwrap()
+}
+
+/// The uniforms on and next to `limit` cumulative boundaries spread over `c` (the
+/// smallest `f64` whose exact draw lies past the boundary, found by bisection, and its
+/// neighbours), some at random, and 0 and the largest uniform below 1.
+fn boundary_uniforms(c: &[Candidate], limit: usize, r: &mut Mix) -> Vec<f64> {
+    let total: f64 = c.iter().map(Candidate::weight).sum();
+    let mut out = vec![0.0, f64::from_bits(1), TOP, step_ulps(TOP, -1)];
+    out.extend((0..8).map(|_| r.unit().min(TOP)));
+    let stride = c.len().div_ceil(limit).max(1);
+    let mut cum = 0.0;
+    for (b, x) in c.iter().enumerate() {
+        cum += x.weight();
+        if b + 1 == c.len() || b % stride != 0 {
+            continue;
+        }
+        let u0 = (cum / total).min(TOP);
+        let (mut lo, mut hi) = (step_ulps(u0, -256), step_ulps(u0, 256));
+        let mut at = u0;
+        if index(c, lo) <= b && index(c, hi) > b {
+            while hi.to_bits() - lo.to_bits() > 1 {
+                let mid = f64::from_bits(lo.to_bits() + (hi.to_bits() - lo.to_bits()) / 2);
+                if index(c, mid) > b {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            at = hi;
+        }
+        out.extend((-1..=1).map(|k| step_ulps(at, k)));
+    }
+    out
+}
+
+/// The Sampler and the chain `min-p -> T` on `row` (its exact `f32` values `exact`)
+/// against the reference.
+fn check<T: Logit>(case: &Case, row: &[T], exact: &[f32]) -> Result<(), TestCaseError> {
+    let n = row.len();
+    let (params, prompt, mask) = (case.params(), case.prompt(), case.mask());
+    let mask = mask.as_ref();
+    let history = History::new(&prompt, prompt.len());
+    let adjusted = reference::adjust(exact, n, &params, &history, mask).unwrap();
+    let survivors = reference::survivors(&adjusted, &params).unwrap();
+    if case.mask != 2 && case.scale == 0.25 && case.min_p <= 0.05 && case.n >= 12_000 {
+        // The case this file is about: more survivors than the one-pass path sorts.
+        prop_assert!(survivors.len() > 4_096, "{} survivors", survivors.len());
+    }
+    let mut r = Mix(case.seed ^ 0xd1ce);
+    let uniforms = boundary_uniforms(&survivors, 24, &mut r);
+
+    let mut sampler = Sampler::new(params.clone(), n).unwrap();
+    sampler.push_prompt(&prompt).unwrap();
+    // The kept set, in draw order, and its probabilities.
+    let mut dist = Vec::new();
+    sampler.distribution(row, mask, &mut dist).unwrap();
+    let total: f64 = survivors.iter().map(Candidate::weight).sum();
+    prop_assert_eq!(dist.len(), survivors.len());
+    for (&(id, p), c) in dist.iter().zip(&survivors) {
+        prop_assert_eq!(id, c.id);
+        let want = c.weight() / total;
+        prop_assert!(
+            (p - want).abs() <= 1e-12 + 1e-9 * want,
+            "{} {} {}",
+            id,
+            p,
+            want
+        );
+    }
+    for &u in &uniforms {
+        let (want, lp) = reference::sample(exact, n, &params, &history, mask, u).unwrap();
+        let got = sampler.sample_with_uniform(row, mask, u).unwrap();
+        sampler.rollback(1);
+        prop_assert_eq!(got.token, want, "sampler, u {:e} ({:?})", u, case);
+        prop_assert!(
+            (f64::from(got.logprob) - lp).abs() <= 1e-5 * lp.abs().max(1.0),
+            "logprob {} vs {}",
+            got.logprob,
+            lp
+        );
+    }
+
+    // The chain: min-p at temperature 1, then the temperature, folded into the draw.
+    // (Without the bias and penalties, which a chain takes as stages of its own.)
+    let steps = [
+        Step::MinP {
+            p: case.min_p,
+            min_keep: case.min_keep,
+        },
+        Step::Temperature(case.t),
+    ];
+    let none = History::new(&[], 0);
+    let c = reference::chain_candidates(exact, n, &none, mask, &steps)
+        .unwrap()
+        .scaled();
+    let mut ch = Chain::builder(n)
+        .stage(MinP::new(case.min_p).unwrap().min_keep(case.min_keep))
+        .stage(Temperature::new(case.t).unwrap())
+        .draw()
+        .build()
+        .unwrap();
+    for u in boundary_uniforms(&c, 24, &mut r) {
+        let (want, _) = reference::chain_sample(exact, n, &none, mask, &steps, u).unwrap();
+        let got = ch.sample_with_uniform(row, mask, u).unwrap().token;
+        ch.reset();
+        prop_assert_eq!(got, want, "chain, u {:e} ({:?})", u, case);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn flat_min_p_agrees_with_reference(case in cases()) {
+        let row = case.row();
+        match case.elem {
+            0 => check(&case, &row, &row)?,
+            1 => {
+                let half: Vec<f16> = row.iter().map(|&x| f16::from_f32(x)).collect();
+                let exact: Vec<f32> = half.iter().map(|x| x.to_f32()).collect();
+                check(&case, &half, &exact)?;
+            }
+            _ => {
+                let half: Vec<bf16> = row.iter().map(|&x| bf16::from_f32(x)).collect();
+                let exact: Vec<f32> = half.iter().map(|x| x.to_f32()).collect();
+                check(&case, &half, &exact)?;
+            }
+        }
+    }
+}
+
+/// The bench's flat row at full size, min-p 0.05: thousands of survivors, every
+/// boundary uniform spread over them, Sampler and chain.
+#[test]
+fn a_full_flat_row_agrees_with_reference() {
+    let case = Case {
+        seed: 151_936,
+        n: 151_936,
+        scale: 1.0,
+        min_p: 0.05,
+        t: 0.8,
+        min_keep: 1,
+        mask: 0,
+        bias: false,
+        penalty: false,
+        elem: 0,
+    };
+    let row = case.row();
+    check(&case, &row, &row).unwrap();
+}
