@@ -83,7 +83,8 @@ fn sampling(c: &mut Criterion) {
             let top_p = params(SamplingParams::builder().top_p(0.95));
             bench_sampler(&mut g, "top_p_0.95", n, top_p.clone(), &[], &row);
             let min_p = params(SamplingParams::builder().min_p(0.05));
-            bench_sampler(&mut g, "min_p_0.05", n, min_p, &[], &row);
+            bench_sampler(&mut g, "min_p_0.05", n, min_p.clone(), &[], &row);
+            bench_sampler(&mut g, "min_p_0.05_bf16", n, min_p, &[], &row16);
             bench_sampler(&mut g, "qwen3_chain", n, params(qwen3()), &[], &row);
             let rep = params(qwen3().repetition_penalty(1.1).penalty_window(64));
             bench_sampler(&mut g, "rep_penalty_qwen3_chain", n, rep, &prompt, &row);
