@@ -843,3 +843,57 @@ proptest! {
         }
     }
 }
+
+/// `{"a": {"a": ... {}}}`: `depth` nested objects.
+fn nested_schema(depth: usize) -> String {
+    let mut s = String::from("{}");
+    for _ in 1..depth {
+        s = format!("{{\"a\": {s}}}");
+    }
+    s
+}
+
+/// Fuzz target `request`: llama.cpp's top-level `json_schema` nested 126 objects deep
+/// (the input itself 127) was accepted, and the request then did not read back, because
+/// serde_json refuses a 128th nested level and a serialised `Request` holds the schema
+/// two levels down. Schemas deeper than `MAX_SCHEMA_DEPTH` are now refused, and
+/// every accepted one round-trips.
+#[test]
+fn the_deepest_accepted_schema_round_trips_and_one_deeper_is_refused() {
+    use logits::request::MAX_SCHEMA_DEPTH;
+    for depth in [MAX_SCHEMA_DEPTH - 1, MAX_SCHEMA_DEPTH, MAX_SCHEMA_DEPTH + 1] {
+        let schema = nested_schema(depth);
+        let quoted = serde_json::to_string(&schema).unwrap();
+        let cases: [(&str, Result<Request, RequestError>); 3] = [
+            (
+                "json_schema",
+                llama_cpp::parse(&format!(r#"{{"json_schema": {schema}}}"#)),
+            ),
+            (
+                "guided_json",
+                vllm::parse(&format!(r#"{{"guided_json": {quoted}}}"#)),
+            ),
+            (
+                "structured_outputs",
+                vllm::parse(&format!(
+                    r#"{{"structured_outputs": {{"json": {quoted}}}}}"#
+                )),
+            ),
+        ];
+        for (field, parsed) in cases {
+            if depth <= MAX_SCHEMA_DEPTH {
+                let r = parsed.unwrap_or_else(|e| panic!("{field} at depth {depth}: {e}"));
+                assert!(matches!(r.grammar, Some(GrammarSpec::JsonSchema(_))));
+                assert_eq!(round_trip(&r), r, "{field} at depth {depth}");
+            } else {
+                let e = parsed.expect_err(field);
+                assert_eq!(e.field(), Some(field), "{e}");
+            }
+        }
+    }
+    // One level more would not read back: the bound is tight.
+    let mut too_deep: Value = serde_json::from_str(&nested_schema(MAX_SCHEMA_DEPTH)).unwrap();
+    too_deep = json!({ "a": too_deep });
+    let text = serde_json::to_string(&json!({ "grammar": { "json_schema": too_deep } })).unwrap();
+    assert!(serde_json::from_str::<Value>(&text).is_err());
+}

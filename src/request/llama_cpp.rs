@@ -229,6 +229,7 @@ pub fn parse_with_defaults(
                 "give `grammar` or `json_schema`, not both",
             ));
         }
+        super::check_schema_depth("json_schema", s)?;
         request.grammar = Some(GrammarSpec::JsonSchema(s.clone()));
     }
 

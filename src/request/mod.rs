@@ -22,6 +22,10 @@
 //! request also carries `model`, `messages`, `stream`, ...): a misspelt field is
 //! therefore silently ignored too. Nothing a request holds makes a parser panic.
 //!
+//! A JSON schema may nest at most [`MAX_SCHEMA_DEPTH`] arrays and objects, so that a
+//! parsed [`Request`], written with serde_json, reads back: a deeper one is a
+//! [`RequestError::Field`] naming the field that held it.
+//!
 //! # Which logprob
 //!
 //! OpenAI's `logprob` field, and its `top_logprobs`, are filled from the **raw model
@@ -404,6 +408,43 @@ pub(crate) fn object(value: &Value) -> Result<Fields<'_>, RequestError> {
 
 pub(crate) fn parse_json(text: &str) -> Result<Value, RequestError> {
     serde_json::from_str(text).map_err(|e| RequestError::Json(e.to_string()))
+}
+
+/// The most arrays and objects a request's JSON schema may nest (`{}` nests one,
+/// `{"a": [1]}` two).
+///
+/// serde_json reads at most 127 nested levels (its default recursion limit of 128 stops
+/// at the 128th), and a serialised [`Request`] holds its schema two levels down
+/// (`{"grammar": {"json_schema": ...}}`), so 125 is the deepest schema whose
+/// [`Request`] round-trips. A request format
+/// that puts the schema deeper (OpenAI's `response_format.json_schema.schema`) cannot
+/// reach this limit; llama.cpp's top-level `json_schema` and vLLM's `guided_json`
+/// written as a string can, and are checked against it.
+pub const MAX_SCHEMA_DEPTH: usize = 125;
+
+/// Refuses a schema nested deeper than [`MAX_SCHEMA_DEPTH`] (see there), naming `field`.
+pub(crate) fn check_schema_depth(field: &'static str, schema: &Value) -> Result<(), RequestError> {
+    // Depth first, with the depth of each value waiting; no recursion, so any value
+    // (however it was built) is checked without growing the call stack.
+    let mut stack = vec![(schema, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let depth = match v {
+            Value::Array(_) | Value::Object(_) => depth + 1,
+            _ => continue,
+        };
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(RequestError::field_err(
+                field,
+                format!("the schema nests more than {MAX_SCHEMA_DEPTH} arrays and objects"),
+            ));
+        }
+        match v {
+            Value::Array(a) => stack.extend(a.iter().map(|c| (c, depth))),
+            Value::Object(o) => stack.extend(o.values().map(|c| (c, depth))),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A short rendering of a value for an error message.

@@ -214,6 +214,7 @@ fn response_format(f: &Fields<'_>) -> Result<Option<GrammarSpec>, RequestError> 
                 .ok_or_else(|| {
                     bad("`json_schema` needs a `json_schema.schema` object".to_string())
                 })?;
+            super::check_schema_depth(FIELD, schema)?;
             Ok(Some(GrammarSpec::JsonSchema(schema.clone())))
         }
         other => Err(bad(format!("unknown type {other:?}"))),

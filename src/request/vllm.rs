@@ -190,6 +190,7 @@ fn guided_fields(
                 format!("expected a JSON schema (an object), got {}", show(&schema)),
             ));
         }
+        super::check_schema_depth(json, &schema)?;
         out.push((json, GrammarSpec::JsonSchema(schema)));
     }
     if let Some(s) = f.string(regex)? {
