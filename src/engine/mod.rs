@@ -565,12 +565,17 @@ impl Engine {
 
     /// Every token's probability (its logprob when `log`) when nothing is cut: a softmax
     /// of the adjusted row, read in place under the overlay of patches and marks. One
-    /// vectorised pass writes each weight into `out` and sums them (see
-    /// [`mass::weights_into`](crate::mass::weights_into) for the bound: each weight
-    /// within `F32_REL_ERROR + 2^-23` of the exact value), a second scales them by the
-    /// inverse total; the logprobs are `(l - max) / T - ln Z` in `f64`, rounded once. The
-    /// probabilities are within `1e-6` (relative) of the exact ones, or `2e-38`
-    /// (absolute) for those below `e^-87`.
+    /// vectorised pass finds the maximum, checks the row and writes each weight into
+    /// `out`, relative to the running maximum of its span, and sums them (see
+    /// [`mass::online_weights_into`](crate::mass::online_weights_into) and
+    /// [`mass::weights_into`](crate::mass::weights_into) for the bounds: each weight
+    /// within `F32_REL_ERROR + 2^-23` of the exact value, the sum within
+    /// `F32_REL_ERROR + 5.01 * 2^-24` and the rescales' `6.5e-11`); a second scales each
+    /// span by `exp((used - max) / T) / Z`, computed in `f64` and rounded once to `f32`;
+    /// the logprobs are `(l - max) / T - ln Z` in `f64`, rounded once. The probabilities
+    /// are within `1e-6` (relative) of the exact ones (the sum of the bounds is below
+    /// `6.3e-7`), or `2e-38` (absolute) for those below `e^-87`. No multiply-add is
+    /// fused, so every SIMD level writes the same values.
     fn softmax_into<T: Logit>(
         &mut self,
         row: &[T],
@@ -753,49 +758,103 @@ impl Engine {
         let to_group = self.floor_to_group(rule);
         let s = &mut self.scratch;
         let ov = &s.overlay;
-        let max = adjusted_max(row, ov)?;
-        if max == f32::NEG_INFINITY {
-            return Ok(FloorCut::Undecided);
-        }
         let (n, marks) = (row.len(), ov.marked());
         // `Some(a)` once `scratch.cand` holds every unmarked token `>= a`.
         let mut collected = None;
-        let band = match rule {
-            Floor::Epsilon { .. } | Floor::Mirostat { .. } => {
-                let cut = match rule {
-                    Floor::Epsilon { epsilon, .. } => crate::as_decimal(epsilon),
-                    Floor::Mirostat { cut } => cut,
-                    _ => unreachable!(),
-                };
-                // A kept token weighs at least `cut` of the total, itself at least the
-                // maximum's weight 1: none lies below `max + ln(cut)`. The mass pass
-                // collects the tokens above that (with a margin) on the way.
-                let above = ((f64::from(max) + cut.ln() - 1e-3) as f32).next_down();
-                let (z, err, all) = crate::simd::row_mass_collect(
-                    row,
-                    marks,
-                    max,
-                    above,
-                    FLOOR_DIRECT,
-                    &mut s.cand,
-                );
+        // (The passes that take the maximum on the way give it here.)
+        let mut fused_max = None;
+        let (mut fused, mut fused_entropy, mut fused_moments) = (None, None, None);
+        if let Floor::Epsilon { .. } | Floor::Mirostat { .. } = rule {
+            let cut = match rule {
+                Floor::Epsilon { epsilon, .. } => crate::as_decimal(epsilon),
+                Floor::Mirostat { cut } => cut,
+                _ => unreachable!(),
+            };
+            // A kept token weighs at least `cut` of the total, itself at least the
+            // maximum's weight 1: none lies below `max + ln(cut)`. The mass pass finds
+            // the maximum and collects the tokens above that (with a margin) on the way.
+            let offset = cut.ln() - 1e-3;
+            let (on, all) =
+                crate::simd::online_collect(row, marks, offset, FLOOR_DIRECT, &mut s.cand);
+            if on.bad {
+                adjust::first_non_finite_of(row)?;
+            }
+            ov.check()?;
+            let max = ov.patch.iter().fold(on.max, |m, p| m.max(p.1));
+            fused_max = Some(max);
+            if max > f32::NEG_INFINITY {
+                let above = crate::mass::collect_above(max, offset);
                 if all {
+                    // (A patch above the row's maximum raises the threshold.)
+                    s.cand.retain(|c| c.0 >= above);
                     collected = Some(above);
                 }
+                // The row's mass relative to `max`: one more factor (within a few ulps).
+                let k = scaled(on.max, max, 1.0).exp();
+                let (z, err) = (on.z * k, on.err * k * (1.0 + 8.0 * crate::stats::U64));
+                fused = Some((cut, z, err));
+            }
+        }
+        match rule {
+            Floor::Eta { .. } => {
+                let (m, mut e, bad) = crate::simd::online_entropy(row, marks);
+                if bad {
+                    adjust::first_non_finite_of(row)?;
+                }
+                ov.check()?;
+                let max = ov.patch.iter().fold(m, |a, p| a.max(p.1));
+                if m > f32::NEG_INFINITY && max > m {
+                    e.rebase(m, max, n);
+                }
+                fused_max = Some(max);
+                fused_entropy = Some(e);
+            }
+            Floor::TopNSigma { .. } => {
+                let (m, mut mo, bad) = crate::simd::online_moments(row, marks);
+                if bad {
+                    adjust::first_non_finite_of(row)?;
+                }
+                ov.check()?;
+                let max = ov.patch.iter().fold(m, |a, p| a.max(p.1));
+                if m > f32::NEG_INFINITY && max > m {
+                    mo.rebase(m, max);
+                }
+                fused_max = Some(max);
+                fused_moments = Some(mo);
+            }
+            _ => {}
+        }
+        let max = match fused_max {
+            Some(m) => m,
+            None => adjusted_max(row, ov)?,
+        };
+        if max == f32::NEG_INFINITY {
+            return Ok(FloorCut::Undecided);
+        }
+        let band = match rule {
+            Floor::Epsilon { .. } | Floor::Mirostat { .. } => {
+                let Some((cut, z, err)) = fused else {
+                    return Ok(FloorCut::Undecided);
+                };
                 let zp: f64 = ov.patch.iter().map(|p| scaled(p.1, max, 1.0).exp()).sum();
-                // (The patches' `f64` weights within a few ulps.)
-                let err = err + 8.0 * crate::stats::U64 * zp;
+                // (The patches' `f64` weights within a few ulps; the rescaled row's
+                // mass within a few more.)
+                let err = err + 8.0 * crate::stats::U64 * (zp + z);
                 crate::floor_band::epsilon(cut, z + zp, err, n, max)
             }
             Floor::Eta { epsilon, .. } => {
-                let mut e = crate::simd::row_entropy(row, marks, max);
+                let Some(mut e) = fused_entropy else {
+                    return Ok(FloorCut::Undecided);
+                };
                 for &(_, l) in &ov.patch {
                     e.add_exact(l, max);
                 }
                 crate::floor_band::eta(crate::as_decimal(epsilon), &e, n, max)
             }
             Floor::TopNSigma { n: k } => {
-                let mut m = crate::simd::row_moments(row, marks, max);
+                let Some(mut m) = fused_moments else {
+                    return Ok(FloorCut::Undecided);
+                };
                 for &(_, l) in &ov.patch {
                     m.add(l, max);
                 }
@@ -1954,20 +2013,32 @@ fn softmax_in<T: Logit>(
     out: &mut [f32],
     log: bool,
 ) -> Result<(), Error> {
-    let max = adjusted_max(row, ov)?;
+    // One pass finds the maximum of the unmarked entries while it writes their weights
+    // (each span's against the running maximum, `used`), and checks the row.
+    let mut used = [0.0f32; crate::mass::SPANS];
+    let on = crate::simd::online_weights_into(row, ov.marked(), t, out, &mut used);
+    if on.bad {
+        adjust::first_non_finite_of(row)?;
+    }
+    ov.check()?;
+    let max = ov.patch.iter().fold(on.max, |m, p| m.max(p.1));
     if max == f32::NEG_INFINITY {
         return Err(Error::NoCandidates);
     }
     let weight = |l: f32| scaled(l, max, t).exp();
-    let zr = crate::simd::weights_into(row, ov.marked(), max, t, out);
-    let z = zr + ov.patch.iter().map(|p| weight(p.1)).sum::<f64>();
+    let z = on.z * weight(on.max) + ov.patch.iter().map(|p| weight(p.1)).sum::<f64>();
     if log {
         let f = Frame::new(max, t);
         let fill = histogram::Fill::Log { ln_total: z.ln() };
         crate::simd::fill(row, ov, f, BUCKETS, fill, f32::NEG_INFINITY, out);
     } else {
-        let k = (1.0 / z) as f32;
-        out.iter_mut().for_each(|x| *x *= k);
+        // Each span's weights, relative to its running maximum, times
+        // `exp((used - max) / T) / Z` rounded once to `f32` (as `1 / Z` was).
+        let len = crate::mass::span_len(row.len());
+        for (o, &u) in out.chunks_mut(len).zip(&used) {
+            let k = (weight(u) / z) as f32;
+            o.iter_mut().for_each(|x| *x *= k);
+        }
         for &(id, l) in &ov.patch {
             out[id as usize] = probability(weight(l), z, false);
         }

@@ -73,50 +73,17 @@ pub(crate) fn fast_in<T: Logit, const FUSED: bool>(
     }
     let none = &mut Vec::new();
     match marks {
-        None => fast_with::<T, false, FUSED, false>(row, &[], max, t, ceiling, 0.0, 0, none),
+        None => fast_with::<T, false, FUSED, false>(row, &[], max, t, ceiling, 0.0, 0, 0, none),
         Some(marks) => {
-            fast_with::<T, true, FUSED, false>(row, marks, max, t, ceiling, 0.0, 0, none)
+            fast_with::<T, true, FUSED, false>(row, marks, max, t, ceiling, 0.0, 0, 0, none)
         }
     }
 }
 
-/// [`fast`] over the whole row at temperature 1, collecting on the way the unmarked
-/// entries `>= above` into `out` (unsorted, in id order) while there are at most `cap`.
-/// Returns the mass, its bound, and whether `out` holds every such entry. With `FUSED`,
-/// as [`fast_in`].
-#[inline(always)]
-pub(crate) fn fast_collect_in<T: Logit, const FUSED: bool>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    max: f32,
-    above: f32,
-    cap: usize,
-    out: &mut Vec<(f32, TokenId)>,
-) -> (f64, f64, bool) {
-    out.clear();
-    let inf = f32::INFINITY;
-    let (z, err) = match marks {
-        None => fast_with::<T, false, FUSED, true>(row, &[], max, 1.0, inf, above, cap, out),
-        Some(m) => fast_with::<T, true, FUSED, true>(row, m, max, 1.0, inf, above, cap, out),
-    };
-    (z, err, out.len() <= cap)
-}
-
-/// [`fast_collect_in`] without fused multiply-adds.
-#[inline(always)]
-pub(crate) fn fast_collect<T: Logit>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    max: f32,
-    above: f32,
-    cap: usize,
-    out: &mut Vec<(f32, TokenId)>,
-) -> (f64, f64, bool) {
-    fast_collect_in::<T, false>(row, marks, max, above, cap, out)
-}
-
 /// [`fast`], with the test of the marks compiled in or out, and with `COLLECT` the
-/// collection of [`fast_collect_in`] (which stops once `out` holds more than `cap`).
+/// collection of [`online_collect_in`]: the unmarked entries `>= above` pushed into `out`
+/// (in id order, with their index plus `first`, the id of `row[0]`) while it holds at
+/// most `cap`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool>(
@@ -127,6 +94,7 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
     ceiling: f32,
     above: f32,
     cap: usize,
+    first: usize,
     out: &mut Vec<(f32, TokenId)>,
 ) -> (f64, f64) {
     let inv_t = 1.0 / t;
@@ -168,7 +136,7 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
                     hit |= x >= above;
                 }
                 if hit && out.len() <= cap {
-                    let base = b * BLOCK + c * LANES;
+                    let base = first + b * BLOCK + c * LANES;
                     for j in 0..LANES {
                         if v[j] >= above && !(MARKS && m & BITS[j] != 0) {
                             out.push((v[j], (base + j) as TokenId));
@@ -189,7 +157,7 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
         weight(v, skip, &mut zj, &mut dev[j % LANES]);
         z[j % LANES] += f64::from(zj);
         if COLLECT && v >= above && !skip && out.len() <= cap {
-            out.push((v, (base + j) as TokenId));
+            out.push((v, (first + base + j) as TokenId));
         }
     }
     let z: f64 = z.iter().sum();
@@ -256,6 +224,11 @@ fn precise_with<T: Logit, const MARKS: bool>(
     z.iter().sum()
 }
 
+/// The bound on the relative error of each weight [`weights_with`] writes, for
+/// arguments above `-87`.
+#[cfg(test)]
+const WEIGHT_REL_ERROR: f64 = F32_REL_ERROR + 2.0 * U32;
+
 /// Writes into `out[i]` the weight `exp((l_i - max) / T)` of every unmarked finite entry
 /// of `row`, and 0 for the marked and `-inf` ones; returns the sum of the weights written
 /// (`f32` sums of four per lane, then `f64`). `out.len()` is `row.len()`; `max` is at
@@ -268,31 +241,8 @@ fn precise_with<T: Logit, const MARKS: bool>(
 /// value for arguments above `-87`, and within [`F32_ABS_ERROR`] below. The sum adds
 /// `3 * 2^-24` of itself for the `f32` sums and `1e-11` for the `f64` ones.
 ///
-/// Always inlined, so that [`simd::weights_into`](crate::simd::weights_into) can compile
-/// it for wider vectors.
-#[inline(always)]
-pub(crate) fn weights_into<T: Logit>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    max: f32,
-    t: f32,
-    out: &mut [f32],
-) -> f64 {
-    match (marks, t == 1.0) {
-        (None, true) => weights_with::<T, false, true>(row, &[], max, t, out),
-        (None, false) => weights_with::<T, false, false>(row, &[], max, t, out),
-        (Some(marks), true) => weights_with::<T, true, true>(row, marks, max, t, out),
-        (Some(marks), false) => weights_with::<T, true, false>(row, marks, max, t, out),
-    }
-}
-
-/// The bound on the relative error of each weight [`weights_into`] writes, for
-/// arguments above `-87`.
-#[cfg(test)]
-const WEIGHT_REL_ERROR: f64 = F32_REL_ERROR + 2.0 * U32;
-
-/// [`weights_into`], with the marks' test compiled in or out, and at `UNIT` (`t == 1`)
-/// the argument in `f32`: the exact error of `l - max` (two sums, as in
+/// With the marks' test compiled in or out, and at `UNIT` (`t == 1`) the argument in
+/// `f32`: the exact error of `l - max` (two sums, as in
 /// [`histogram::fill`](crate::histogram::fill)) is the rounding added back.
 #[inline(always)]
 fn weights_with<T: Logit, const MARKS: bool, const UNIT: bool>(
@@ -359,6 +309,235 @@ fn weights_with<T: Logit, const MARKS: bool, const UNIT: bool>(
     z.iter().sum()
 }
 
+/// The most spans the one-pass (online) kernels cut a row into (see [`span_len`]).
+pub(crate) const SPANS: usize = 256;
+
+/// The length of the spans of the one-pass kernels for a row of `n` entries: a multiple
+/// of [`BLOCK`] (so that a span's marks start at a word), at least 1,024 entries (4 KiB
+/// of `f32`, read again from L1) and long enough that the row has at most [`SPANS`].
+#[inline(always)]
+pub(crate) fn span_len(n: usize) -> usize {
+    n.div_ceil(SPANS).next_multiple_of(BLOCK).max(16 * BLOCK)
+}
+
+/// The maximum of the entries of `span` that `marks` leaves unmarked (`-inf` if none),
+/// adding every entry, marked or not, to the lane sums `check`: they turn NaN or `+inf`
+/// once a NaN or a `+inf` is seen (see [`max_checked`](crate::adjust::max_checked)).
+/// `marks` starts at the span's first token.
+#[inline(always)]
+pub(crate) fn span_max<T: Logit, const MARKS: bool>(
+    span: &[T],
+    marks: &[u32],
+    check: &mut [f32; LANES],
+) -> f32 {
+    let mut top = [f32::NEG_INFINITY; LANES];
+    let chunks = span.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for (c, chunk) in chunks.enumerate() {
+        let v = load(chunk);
+        let m = lane_marks_if::<MARKS>(marks, c * LANES);
+        for j in 0..LANES {
+            check[j] += v[j];
+            let take = !(MARKS && m & BITS[j] != 0) & (v[j] > top[j]);
+            top[j] = if take { v[j] } else { top[j] };
+        }
+    }
+    let base = span.len() - rem.len();
+    for (j, x) in rem.iter().enumerate() {
+        let v = x.to_f32();
+        check[j] += v;
+        if !(MARKS && is_marked(marks, base + j)) && v > top[j] {
+            top[j] = v;
+        }
+    }
+    top.iter()
+        .copied()
+        .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+}
+
+/// The factor `exp((old - new) / T)` that takes a sum relative to a running maximum
+/// `old` to one relative to a larger `new`, in `f64`, and the relative error of
+/// multiplying a sum by it: the argument's two roundings (`2.01 * 2^-53 * a` with
+/// `a = (new - old) / T`, which moves the factor by `e^{2.01 * 2^-53 a}`), `std`'s `exp`
+/// (within an ulp, `2^-52`) and the product (`2^-53`). The factor is 0 beyond
+/// `a = 746`: a sum of `n` weights at most 1 then loses below `n * 1e-323`, which the
+/// caller adds.
+#[inline(always)]
+pub(crate) fn rescale(old: f32, new: f32, t: f32) -> (f64, f64) {
+    let a = (f64::from(new) - f64::from(old)) / f64::from(t);
+    if a > 746.0 {
+        return (0.0, 0.0);
+    }
+    ((-a).exp(), (3.02 * a + 3.01) * U64)
+}
+
+/// `2^-53`, the unit roundoff of `f64`.
+const U64: f64 = 1.110_223_024_625_156_5e-16;
+
+/// What a one-pass kernel found: the maximum of the unmarked entries (`-inf` if none),
+/// the mass relative to it, a bound on the mass's error, and whether the row may hold a
+/// NaN or a `+inf` (the caller then runs the row's exact check, which reports it or
+/// clears a finite sum that overflowed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Online {
+    pub(crate) max: f32,
+    pub(crate) z: f64,
+    pub(crate) err: f64,
+    pub(crate) bad: bool,
+}
+
+/// [`weights_with`] without the maximum known beforehand: one pass over the row in
+/// spans of [`span_len`] entries, each span's maximum read first (from L1), the weights
+/// of the span written relative to the running maximum `used[s]` (the maximum of spans
+/// `0..=s`), and the running sum multiplied by [`rescale`]'s factor whenever the maximum
+/// rises. `out[i] * exp((used[s] - max) / T)` is then entry `i`'s weight relative to the
+/// row's maximum, within the bound [`weights_with`] states (the weights are computed
+/// exactly as there, against `used[s]`).
+///
+/// `err` bounds only what the spans add to the error of the sum: at most 256 rescales,
+/// each `(3.02 a + 3.01) 2^-53` with `a <= 746`, and 256 additions of a span's sum, so
+/// below `6.5e-11` of the sum; the sum of the weights written is otherwise within
+/// [`weights_with`]'s bound.
+///
+/// Always inlined, so that [`simd::online_weights_into`](crate::simd::online_weights_into)
+/// can compile it for wider vectors.
+#[inline(always)]
+pub(crate) fn online_weights_into<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    t: f32,
+    out: &mut [f32],
+    used: &mut [f32; SPANS],
+) -> Online {
+    match (marks, t == 1.0) {
+        (None, true) => online_weights_with::<T, false, true>(row, &[], t, out, used),
+        (None, false) => online_weights_with::<T, false, false>(row, &[], t, out, used),
+        (Some(m), true) => online_weights_with::<T, true, true>(row, m, t, out, used),
+        (Some(m), false) => online_weights_with::<T, true, false>(row, m, t, out, used),
+    }
+}
+
+#[inline(always)]
+fn online_weights_with<T: Logit, const MARKS: bool, const UNIT: bool>(
+    row: &[T],
+    marks: &[u32],
+    t: f32,
+    out: &mut [f32],
+    used: &mut [f32; SPANS],
+) -> Online {
+    debug_assert_eq!(row.len(), out.len());
+    let len = span_len(row.len());
+    let mut check = [0.0f32; LANES];
+    let (mut max, mut z, mut err) = (f32::NEG_INFINITY, 0.0f64, 0.0f64);
+    let tiny = row.len() as f64 * 1e-323;
+    for (s, (span, o)) in row.chunks(len).zip(out.chunks_mut(len)).enumerate() {
+        let mk = if MARKS { &marks[s * len / 32..] } else { marks };
+        let top = span_max::<T, MARKS>(span, mk, &mut check);
+        if top > max {
+            if max > f32::NEG_INFINITY {
+                let (r, e) = rescale(max, top, t);
+                z *= r;
+                err = err * r + z * e + tiny;
+            }
+            max = top;
+        }
+        used[s] = max;
+        if max == f32::NEG_INFINITY {
+            o.fill(0.0);
+        } else {
+            z += weights_with::<T, MARKS, UNIT>(span, mk, max, t, o);
+            // (The span's sum joins the running one: one more `f64` rounding.)
+            err += U64 * z;
+        }
+    }
+    let bad = check.iter().any(|&c| crate::adjust::not_finite_above(c));
+    Online { max, z, err, bad }
+}
+
+/// The mass of the whole row at temperature 1 and the unmarked entries near its
+/// maximum, in one pass that also finds the maximum: in spans, as
+/// [`online_weights_into`], each span's mass and its bound ([`fast`]'s, at temperature
+/// one) computed against the running maximum and both multiplied by [`rescale`]'s
+/// factor (the bound takes the factor's own error too) when the maximum rises. The entries
+/// collected are those `>= above(max)`, with
+/// `above(m) = ((m + offset) as f32).next_down()` for the final maximum: each span
+/// collects against its running maximum's (a lower threshold), and a rise drops what no
+/// longer reaches the new one. Returns the [`Online`] result (`err` the whole bound), and
+/// whether `out` holds every such entry, in id order (false once it held more than `cap`).
+#[inline(always)]
+pub(crate) fn online_collect_in<T: Logit, const FUSED: bool>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    offset: f64,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> (Online, bool) {
+    match marks {
+        None => online_collect_with::<T, false, FUSED>(row, &[], offset, cap, out),
+        Some(m) => online_collect_with::<T, true, FUSED>(row, m, offset, cap, out),
+    }
+}
+
+/// [`online_collect_in`] without fused multiply-adds.
+#[inline(always)]
+pub(crate) fn online_collect<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    offset: f64,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> (Online, bool) {
+    online_collect_in::<T, false>(row, marks, offset, cap, out)
+}
+
+/// The collection threshold of [`online_collect_in`] for a maximum `m`.
+#[inline(always)]
+pub(crate) fn collect_above(m: f32, offset: f64) -> f32 {
+    ((f64::from(m) + offset) as f32).next_down()
+}
+
+#[inline(always)]
+fn online_collect_with<T: Logit, const MARKS: bool, const FUSED: bool>(
+    row: &[T],
+    marks: &[u32],
+    offset: f64,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> (Online, bool) {
+    out.clear();
+    let len = span_len(row.len());
+    let mut check = [0.0f32; LANES];
+    let (mut max, mut z, mut err) = (f32::NEG_INFINITY, 0.0f64, 0.0f64);
+    let mut above = f32::INFINITY;
+    let mut all = true;
+    let tiny = row.len() as f64 * 1e-323;
+    let inf = f32::INFINITY;
+    for (s, span) in row.chunks(len).enumerate() {
+        let mk = if MARKS { &marks[s * len / 32..] } else { marks };
+        let top = span_max::<T, MARKS>(span, mk, &mut check);
+        if top > max {
+            if max > f32::NEG_INFINITY {
+                let (r, e) = rescale(max, top, 1.0);
+                z *= r;
+                err = err * r + z * e + tiny;
+            }
+            max = top;
+            above = collect_above(max, offset);
+            out.retain(|c| c.0 >= above);
+        }
+        if max == f32::NEG_INFINITY {
+            continue;
+        }
+        let (zs, es) =
+            fast_with::<T, MARKS, FUSED, true>(span, mk, max, 1.0, inf, above, cap, s * len, out);
+        z += zs;
+        err += es + U64 * z;
+        all &= out.len() <= cap;
+    }
+    let bad = check.iter().any(|&c| crate::adjust::not_finite_above(c));
+    (Online { max, z, err, bad }, all)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,45 +550,250 @@ mod tests {
             .sum()
     }
 
-    #[test]
-    fn written_weights_are_within_their_bound() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
+    /// `row` as `f16`, the finite values clamped to its range.
+    fn halves(row: &[f32]) -> Vec<half::f16> {
+        let c = |l: f32| if l.is_finite() { l.clamp(-6e4, 6e4) } else { l };
+        row.iter().map(|&l| half::f16::from_f32(c(l))).collect()
+    }
+
+    /// `row` as `bf16`, the finite values clamped to its range.
+    fn brains(row: &[f32]) -> Vec<half::bf16> {
+        let c = |l: f32| {
+            if l.is_finite() {
+                l.clamp(-3e38, 3e38)
+            } else {
+                l
+            }
+        };
+        row.iter().map(|&l| half::bf16::from_f32(c(l))).collect()
+    }
+
+    type OnlineWeights<T> = fn(&[T], Option<&[u32]>, f32, &mut [f32], &mut [f32; SPANS]) -> Online;
+
+    /// Checks [`online_weights_into`] on `row` against a plain `f64` softmax: the
+    /// maximum exactly, every weight written (scaled by its span's factor) and the sum
+    /// within their bounds. Returns the sum's bound relative to the sum.
+    fn check_online<T: Logit>(
+        row: &[T],
+        marks: Option<&[u32]>,
+        t: f32,
+        run: OnlineWeights<T>,
+    ) -> f64 {
+        let n = row.len();
+        let v: Vec<f32> = row.iter().map(|x| x.to_f32()).collect();
+        let max = (0..n)
+            .filter(|&i| !marks.is_some_and(|m| is_marked(m, i)))
+            .map(|i| v[i])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut out = vec![f32::NAN; n];
+        let mut used = [f32::NAN; SPANS];
+        let on = run(row, marks, t, &mut out, &mut used);
+        // (A finite lane sum may overflow: a false alarm, which the caller's exact check
+        // clears; the results stand.)
+        assert!(!on.bad || v.iter().any(|l| l.abs() > 1e30));
+        assert_eq!(on.max.to_bits(), max.to_bits());
+        if max == f32::NEG_INFINITY {
+            assert!(out.iter().all(|&w| w == 0.0) && on.z == 0.0);
+            return 0.0;
+        }
+        let len = span_len(n);
+        assert!(n.div_ceil(len) <= SPANS);
+        let scale = |l: f32| ((f64::from(l) - f64::from(max)) / f64::from(t)).exp();
+        let mut sum = 0.0;
+        for (i, (&l, &w)) in v.iter().zip(&out).enumerate() {
+            let u = used[i / len];
+            assert!(u <= max && (i < len || u >= used[i / len - 1]));
+            let skip = marks.is_some_and(|m| is_marked(m, i)) || l == f32::NEG_INFINITY;
+            let exact = if skip { 0.0 } else { scale(l) };
+            sum += exact;
+            let k = scale(u);
+            let err = (f64::from(w) * k - exact).abs();
+            assert!(
+                err <= WEIGHT_REL_ERROR * exact + F32_ABS_ERROR + 1e-15 * exact,
+                "{l}: {w} * {k} vs {exact}"
+            );
+        }
+        let bound = sum * (WEIGHT_REL_ERROR + 3.01 * U32 + 1e-11) + n as f64 * F32_ABS_ERROR;
+        assert!(
+            on.err <= 6.5e-11 * on.z + n as f64 * 1e-300,
+            "{} {}",
+            on.err,
+            on.z
+        );
+        assert!((on.z - sum).abs() <= bound + on.err, "{} vs {sum}", on.z);
+        (bound + on.err) / sum
+    }
+
+    /// Rows that raise the maximum in every span (the most rescales), that hold their
+    /// maximum in the first or the last span, and that are all `-inf` but one span.
+    fn online_rows(x: &mut u64) -> Vec<(Vec<f32>, f32)> {
+        let mut rows = Vec::new();
         for (n, scale, t) in [
             (151_936usize, 2.0f32, 1.0f32),
             (4_099, 8.0, 0.7),
             (33, 30.0, 1.9),
+            (300_007, 0.5, 1.0),
         ] {
-            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
+            let mut row = crate::test_rows::uniform_row(x, n, scale, 101, 7);
             row[n / 2] = f32::NEG_INFINITY;
+            rows.push((row, t));
+        }
+        // Increasing: by 1e-3 (every weight in play), and by 0.7 per entry (each span's
+        // maximum far above the last).
+        for (step, t) in [(1e-3f32, 1.0f32), (1e-3, 0.6), (0.05, 1.0), (0.7, 1.3)] {
+            let row: Vec<f32> = (0..151_936).map(|i| -80.0 + step * i as f32).collect();
+            rows.push((row, t));
+        }
+        let mut late: Vec<f32> = vec![f32::NEG_INFINITY; 20_000];
+        late[19_000..]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, l)| *l = i as f32 * 1e-2);
+        rows.push((late, 1.0));
+        let mut huge = crate::test_rows::uniform_row(x, 9_000, 3e38, 13, 2);
+        huge[8_999] = f32::MAX;
+        rows.push((huge, 1.0));
+        rows.push((crate::test_rows::uniform_row(x, 5_000, 1e-40, 50, 1), 0.8));
+        rows.push((vec![f32::NEG_INFINITY; 3_000], 1.0));
+        rows
+    }
+
+    #[test]
+    fn online_weights_are_within_their_bound() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut worst = 0.0f64;
+        for (row, t) in online_rows(&mut x) {
+            let n = row.len();
             let marks: Vec<u32> = (0..n.div_ceil(32))
                 .map(|w| (w as u32).wrapping_mul(0x0101_0101))
                 .collect();
             for marks in [None, Some(&marks[..])] {
-                let max = (0..n)
-                    .filter(|&i| !marks.is_some_and(|m| is_marked(m, i)))
-                    .map(|i| row[i])
-                    .fold(f32::NEG_INFINITY, f32::max);
-                let mut out = vec![f32::NAN; n];
-                let z = weights_into(&row, marks, max, t, &mut out);
-                let mut sum = 0.0;
-                for (i, (&l, &w)) in row.iter().zip(&out).enumerate() {
-                    let skip = marks.is_some_and(|m| is_marked(m, i)) || l == f32::NEG_INFINITY;
-                    let exact = if skip {
-                        0.0
-                    } else {
-                        ((f64::from(l) - f64::from(max)) / f64::from(t)).exp()
-                    };
-                    sum += exact;
-                    let err = (f64::from(w) - exact).abs();
-                    assert!(
-                        err <= WEIGHT_REL_ERROR * exact + F32_ABS_ERROR,
-                        "{l}: {w} vs {exact}"
-                    );
-                }
-                let bound =
-                    sum * (WEIGHT_REL_ERROR + 3.01 * U32 + 1e-11) + n as f64 * F32_ABS_ERROR;
-                assert!((z - sum).abs() <= bound, "{z} vs {sum}");
+                worst = worst.max(check_online(&row, marks, t, online_weights_into));
+                let h = halves(&row);
+                check_online(&h, marks, t, online_weights_into);
+                let b = brains(&row);
+                check_online(&b, marks, t, online_weights_into);
             }
+        }
+        // The probabilities' stated bound keeps room for the sum's.
+        assert!(worst < 4.2e-7, "{worst:e}");
+    }
+
+    #[test]
+    fn the_online_pass_flags_nan_and_infinity() {
+        for bad in [f32::NAN, f32::INFINITY] {
+            let mut row = vec![0.5f32; 5_000];
+            row[4_321] = bad;
+            let mut out = vec![0.0; 5_000];
+            let on = online_weights_into(&row, None, 1.0, &mut out, &mut [0.0; SPANS]);
+            assert!(on.bad);
+            let (on, _) = online_collect(&row, None, -8.0, 10, &mut Vec::new());
+            assert!(on.bad);
+        }
+    }
+
+    /// Checks [`online_collect_in`] against the mass of a plain `f64` sum and the
+    /// entries at or above the threshold.
+    fn check_online_collect<T: Logit, const FUSED: bool>(
+        row: &[T],
+        marks: Option<&[u32]>,
+        offset: f64,
+        cap: usize,
+    ) {
+        let v: Vec<f32> = row.iter().map(|x| x.to_f32()).collect();
+        let unmarked = |i: usize| !marks.is_some_and(|m| is_marked(m, i));
+        let max = (0..v.len())
+            .filter(|&i| unmarked(i))
+            .map(|i| v[i])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut out = vec![(1.0, 7)];
+        let (on, all) = online_collect_in::<T, FUSED>(row, marks, offset, cap, &mut out);
+        assert!(!on.bad || v.iter().any(|l| l.abs() > 1e30));
+        assert_eq!(on.max.to_bits(), max.to_bits());
+        if max == f32::NEG_INFINITY {
+            assert!(on.z == 0.0 && out.is_empty() && all);
+            return;
+        }
+        let truth = exact(&v, marks, max, 1.0, f32::INFINITY);
+        assert!(
+            (on.z - truth).abs() <= on.err,
+            "{} vs {truth}: {}",
+            on.z,
+            on.err
+        );
+        assert!(on.err <= 1e-5 * truth + v.len() as f64 * 1e-30);
+        let above = collect_above(max, offset);
+        let want: Vec<(f32, TokenId)> = (0..v.len())
+            .filter(|&i| unmarked(i) && v[i] >= above)
+            .map(|i| (v[i], i as TokenId))
+            .collect();
+        if want.len() > cap {
+            assert!(!all);
+        }
+        if all {
+            assert_eq!(out, want);
+        }
+    }
+
+    #[test]
+    fn the_online_mass_and_collection_are_within_their_bounds() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (row, _) in online_rows(&mut x) {
+            let n = row.len();
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| if w % 2 == 1 { 0x8421_0f0f } else { 0 })
+                .collect();
+            for marks in [None, Some(&marks[..])] {
+                for (offset, cap) in [(-8.1, 4096), (-2.0, 3), (-1e3, 100)] {
+                    check_online_collect::<f32, false>(&row, marks, offset, cap);
+                    check_online_collect::<f32, true>(&row, marks, offset, cap);
+                    let b = brains(&row);
+                    check_online_collect::<half::bf16, false>(&b, marks, offset, cap);
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn online_passes_match_a_plain_f64_softmax(
+            parts in proptest::collection::vec(
+                (0u8..6, -60.0f32..60.0, 1usize..3_000), 1..6),
+            t in proptest::prop_oneof![proptest::strategy::Just(1.0f32), 0.05f32..4.0],
+            mark_seed in proptest::prelude::any::<u64>(),
+            masked in proptest::prelude::any::<bool>(),
+        ) {
+            // Runs of constant, rising, falling, noisy, `-inf` and extreme values.
+            let mut row = Vec::new();
+            let mut x = mark_seed | 1;
+            for (kind, base, len) in parts {
+                for i in 0..len {
+                    let f = i as f32 / len as f32;
+                    row.push(match kind {
+                        0 => base,
+                        1 => base + 40.0 * f,
+                        2 => base - 40.0 * f,
+                        3 => crate::test_rows::uniform_row(&mut x, 1, 20.0, 7, 9)[0] + base,
+                        4 => f32::NEG_INFINITY,
+                        _ => if i % 2 == 0 { base * 1e36 } else { base * 1e-42 },
+                    });
+                }
+            }
+            let n = row.len();
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| (mark_seed.rotate_left(w as u32) as u32) & 0x5555_5555)
+                .collect();
+            let marks = masked.then_some(&marks[..]);
+            check_online(&row, marks, t, online_weights_into);
+            let h = halves(&row);
+            check_online(&h, marks, t, online_weights_into);
+            let b = brains(&row);
+            check_online(&b, marks, t, online_weights_into);
+            check_online_collect::<f32, false>(&row, marks, -8.1, 4096);
+            check_online_collect::<f32, true>(&row, marks, -2.0, 50);
+            check_online_collect::<half::bf16, false>(&b, marks, -8.1, 4096);
         }
     }
 

@@ -459,37 +459,127 @@ dispatch!(
 );
 
 dispatch!(
-    /// [`mass::fast_collect`], on the widest vectors the CPU has (fused multiply-adds in
-    /// the wide copies, as [`row_mass`]).
-    row_mass_collect, row_mass_collect_avx2, row_mass_collect_avx512, mass::fast_collect,
-    mass::fast_collect_in::<T, true>,
-    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, above: f32, cap: usize,
-          out: &mut Vec<(f32, TokenId)>) -> (f64, f64, bool)
+    /// [`mass::online_weights_into`], on the widest vectors the CPU has (no fused
+    /// multiply-adds: every copy writes the same weights).
+    online_weights_into, online_weights_into_avx2, online_weights_into_avx512,
+    mass::online_weights_into,
+    fn<T>(row: &[T], marks: Option<&[u32]>, t: f32, out: &mut [f32],
+          used: &mut [f32; mass::SPANS]) -> mass::Online
 );
 
 dispatch!(
-    /// [`mass::weights_into`], on the widest vectors the CPU has.
-    weights_into, weights_into_avx2, weights_into_avx512, mass::weights_into,
-    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, out: &mut [f32]) -> f64
+    /// [`mass::online_collect`], on the widest vectors the CPU has (fused multiply-adds in
+    /// the wide copies, as [`row_mass_collect`]).
+    online_collect, online_collect_avx2, online_collect_avx512, mass::online_collect,
+    mass::online_collect_in::<T, true>,
+    fn<T>(row: &[T], marks: Option<&[u32]>, offset: f64, cap: usize,
+          out: &mut Vec<(f32, TokenId)>) -> (mass::Online, bool)
 );
 
 dispatch!(
-    /// [`stats::entropy`], on the widest vectors the CPU has (fused multiply-adds in the
-    /// wide copies, within the same bound).
-    row_entropy, row_entropy_avx2, row_entropy_avx512, stats::entropy, stats::entropy_in::<T, true>,
-    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32) -> stats::Entropy
+    /// [`stats::online_entropy`], on the widest vectors the CPU has (fused multiply-adds
+    /// in the wide copies, within the same bound).
+    online_entropy, online_entropy_avx2, online_entropy_avx512, stats::online_entropy,
+    stats::online_entropy_in::<T, true>,
+    fn<T>(row: &[T], marks: Option<&[u32]>) -> (f32, stats::Entropy, bool)
 );
 
 dispatch!(
-    /// [`stats::moments`], on the widest vectors the CPU has.
-    row_moments, row_moments_avx2, row_moments_avx512, stats::moments,
-    fn<T>(row: &[T], marks: Option<&[u32]>, r: f32) -> stats::Moments
+    /// [`stats::online_moments`], on the widest vectors the CPU has.
+    online_moments, online_moments_avx2, online_moments_avx512, stats::online_moments,
+    fn<T>(row: &[T], marks: Option<&[u32]>) -> (f32, stats::Moments, bool)
 );
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
     use crate::histogram::SLOTS;
+
+    /// The one-pass kernels: every copy writes the same weights, maximum, mass and
+    /// bound bit for bit (`online_weights_into` fuses nothing), and the wide copies of
+    /// the collecting mass (which fuse multiply-adds) the same maximum and entries, each
+    /// mass within its own bound of the precise one.
+    #[test]
+    fn one_pass_kernels_agree_on_every_level() {
+        let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+        let avx512 = level() == Level::Avx512;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let rising: Vec<f32> = (0..151_936).map(|i| -80.0 + 1e-3 * i as f32).collect();
+        let rows = [
+            (
+                crate::test_rows::uniform_row(&mut x, 151_936, 2.0, 97, 5),
+                1.0f32,
+            ),
+            (
+                crate::test_rows::uniform_row(&mut x, 4_097, 0.3, 97, 5),
+                0.6,
+            ),
+            (rising.clone(), 1.0),
+            (rising, 0.7),
+        ];
+        for (row, t) in &rows {
+            let (row, t, n) = (&row[..], *t, row.len());
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| (w as u32).wrapping_mul(0x0101_0101))
+                .collect();
+            for marks in [None, Some(&marks[..])] {
+                let (mut o1, mut u1) = (vec![0.0f32; n], [0.0f32; mass::SPANS]);
+                let a = mass::online_weights_into(row, marks, t, &mut o1, &mut u1);
+                let (mut c1, mut c2) = (Vec::new(), Vec::new());
+                let (b, all) = mass::online_collect(row, marks, -8.1, 4096, &mut c1);
+                let exact = mass::precise(row, marks, a.max, 1.0, f32::INFINITY);
+                assert!((b.z - exact).abs() <= b.err);
+                for level in [Level::Avx2, Level::Avx512] {
+                    let (mut o2, mut u2) = (vec![0.0f32; n], [0.0f32; mass::SPANS]);
+                    // SAFETY: each copy runs only when the CPU supports it.
+                    let (a2, (b2, all2)) = unsafe {
+                        match level {
+                            Level::Avx2 if avx2 => (
+                                online_weights_into_avx2(row, marks, t, &mut o2, &mut u2),
+                                online_collect_avx2(row, marks, -8.1, 4096, &mut c2),
+                            ),
+                            Level::Avx512 if avx512 => (
+                                online_weights_into_avx512(row, marks, t, &mut o2, &mut u2),
+                                online_collect_avx512(row, marks, -8.1, 4096, &mut c2),
+                            ),
+                            _ => continue,
+                        }
+                    };
+                    let bits = |o: &[f32]| o.iter().map(|w| w.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&o1), bits(&o2), "{level:?}");
+                    assert_eq!(bits(&u1), bits(&u2));
+                    assert_eq!(a.max.to_bits(), a2.max.to_bits());
+                    assert_eq!(a.z.to_bits(), a2.z.to_bits());
+                    assert_eq!(a.err.to_bits(), a2.err.to_bits());
+                    assert_eq!(b.max.to_bits(), b2.max.to_bits());
+                    assert!((b2.z - exact).abs() <= b2.err, "{level:?}");
+                    assert_eq!((&c1, all), (&c2, all2));
+                    // SAFETY: as above (the level was checked in the match).
+                    let (e2, m2) = unsafe {
+                        if level == Level::Avx2 {
+                            (
+                                online_entropy_avx2(row, marks),
+                                online_moments_avx2(row, marks),
+                            )
+                        } else {
+                            (
+                                online_entropy_avx512(row, marks),
+                                online_moments_avx512(row, marks),
+                            )
+                        }
+                    };
+                    let (e1, m1) = (
+                        stats::online_entropy(row, marks),
+                        stats::online_moments(row, marks),
+                    );
+                    assert_eq!(m1, m2, "{level:?}");
+                    assert_eq!(e1.0.to_bits(), e2.0.to_bits());
+                    let (ez, es) = (e1.1.z_err + e2.1.z_err, e1.1.s_err + e2.1.s_err);
+                    assert!((e1.1.z - e2.1.z).abs() <= ez && (e1.1.s - e2.1.s).abs() <= es);
+                }
+            }
+        }
+    }
 
     /// Every compiled copy of the passes that this CPU can run gives bit-identical
     /// results to the portable one.

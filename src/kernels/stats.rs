@@ -33,6 +33,31 @@ pub(crate) struct Entropy {
 }
 
 impl Entropy {
+    /// Takes the sums from a maximum `old` to a larger `new` (both finite; a row of `n`
+    /// entries): `z' = r z` and `s' = r (s + d z)` with `d = new - old` and
+    /// `r = e^-d` ([`rescale`](crate::mass::rescale), within its stated relative error
+    /// `e`). Their bounds follow: `r z_err` and `r (s_err + d z_err)`, plus `e` of the
+    /// new sums, `3 * 2^-53` of `s'` for `d`'s rounding, the product `d z` and the sum,
+    /// and `n * 1e-320` for a factor that underflows.
+    pub(crate) fn rebase(&mut self, old: f32, new: f32, n: usize) {
+        let (r, e) = crate::mass::rescale(old, new, 1.0);
+        let d = f64::from(new) - f64::from(old);
+        let tiny = n as f64 * 1e-320;
+        self.s = r * (self.s + d * self.z);
+        self.s_err = r * (self.s_err + d * self.z_err) + (e + 3.0 * U64) * self.s + tiny;
+        self.z *= r;
+        self.z_err = r * self.z_err + e * self.z + tiny;
+    }
+
+    /// Adds the sums of another part of the row, relative to the same maximum, with
+    /// the rounding of the two additions.
+    pub(crate) fn join(&mut self, o: &Entropy) {
+        self.z += o.z;
+        self.s += o.s;
+        self.z_err += o.z_err + U64 * self.z;
+        self.s_err += o.s_err + U64 * self.s;
+    }
+
     /// Adds an entry computed exactly (in `f64`): a patch.
     pub(crate) fn add_exact(&mut self, l: f32, max: f32) {
         if l > f32::NEG_INFINITY {
@@ -64,8 +89,9 @@ impl Entropy {
 /// The `2^-24 |x|` parts are bounded a posteriori by the sums of `w |x|` (that is, `s`)
 /// and `w x^2`, the latter summed in `f32` with a margin of 2% for its own rounding.
 ///
-/// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
-/// [`simd::row_entropy`](crate::simd::row_entropy) can compile it for wider vectors.
+/// The row must hold no NaN or `+inf` (checked beforehand). The engine runs it span by
+/// span through [`online_entropy`]; whole rows only in the tests.
+#[cfg(test)]
 #[inline(always)]
 pub(crate) fn entropy<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> Entropy {
     entropy_in::<T, false>(row, marks, max)
@@ -73,6 +99,7 @@ pub(crate) fn entropy<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> E
 
 /// [`entropy`], and with `FUSED` its multiply-adds fused (for code compiled with the
 /// `fma` target feature); within the same bound.
+#[cfg(test)]
 #[inline(always)]
 pub(crate) fn entropy_in<T: Logit, const FUSED: bool>(
     row: &[T],
@@ -83,6 +110,60 @@ pub(crate) fn entropy_in<T: Logit, const FUSED: bool>(
         None => entropy_with::<T, false, FUSED>(row, &[], max),
         Some(marks) => entropy_with::<T, true, FUSED>(row, marks, max),
     }
+}
+
+/// [`entropy_in`] without the maximum known beforehand: one pass over the row in spans
+/// ([`span_len`](crate::mass::span_len)), each span's maximum read first, its sums
+/// computed against the running maximum and the sums so far taken to a new maximum by
+/// [`Entropy::rebase`] when it rises. Returns the maximum of the unmarked entries
+/// (`-inf` if none), the sums relative to it, and whether the row may hold a NaN or a
+/// `+inf` (as [`Online`](crate::mass::Online)).
+#[inline(always)]
+pub(crate) fn online_entropy_in<T: Logit, const FUSED: bool>(
+    row: &[T],
+    marks: Option<&[u32]>,
+) -> (f32, Entropy, bool) {
+    match marks {
+        None => online_entropy_with::<T, false, FUSED>(row, &[]),
+        Some(marks) => online_entropy_with::<T, true, FUSED>(row, marks),
+    }
+}
+
+/// [`online_entropy_in`] without fused multiply-adds.
+#[inline(always)]
+pub(crate) fn online_entropy<T: Logit>(row: &[T], marks: Option<&[u32]>) -> (f32, Entropy, bool) {
+    online_entropy_in::<T, false>(row, marks)
+}
+
+#[inline(always)]
+fn online_entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
+    row: &[T],
+    marks: &[u32],
+) -> (f32, Entropy, bool) {
+    let len = crate::mass::span_len(row.len());
+    let mut check = [0.0f32; LANES];
+    let mut max = f32::NEG_INFINITY;
+    let mut e = Entropy {
+        z: 0.0,
+        z_err: 0.0,
+        s: 0.0,
+        s_err: 0.0,
+    };
+    for (i, span) in row.chunks(len).enumerate() {
+        let mk = if MARKS { &marks[i * len / 32..] } else { marks };
+        let top = crate::mass::span_max::<T, MARKS>(span, mk, &mut check);
+        if top > max {
+            if max > f32::NEG_INFINITY {
+                e.rebase(max, top, row.len());
+            }
+            max = top;
+        }
+        if max > f32::NEG_INFINITY {
+            e.join(&entropy_with::<T, MARKS, FUSED>(span, mk, max));
+        }
+    }
+    let bad = check.iter().any(|&c| crate::adjust::not_finite_above(c));
+    (max, e, bad)
 }
 
 #[inline(always)]
@@ -154,9 +235,34 @@ pub(crate) struct Moments {
     pub(crate) sum: f64,
     pub(crate) sum_sq: f64,
     pub(crate) lowest: f64,
+    /// The [`rebase`](Self::rebase)s and [`join`](Self::join)s the sums went through.
+    pub(crate) rebases: usize,
 }
 
 impl Moments {
+    /// Takes the moments from a reference point `old` to a larger `new` (both finite):
+    /// with `d = new - old`, `sum_sq - 2 d sum + d^2 count` (every term `>= 0`, as
+    /// `sum <= 0`), `sum - d count` and `lowest - d`. Each adds a few roundings of the
+    /// new magnitudes, which [`errors`](Self::errors) counts through `rebases`; `lowest`
+    /// is widened by `2^-52` (it only bounds a magnitude).
+    pub(crate) fn rebase(&mut self, old: f32, new: f32) {
+        let d = f64::from(new) - f64::from(old);
+        let c = self.count as f64;
+        self.sum_sq = self.sum_sq - 2.0 * d * self.sum + d * d * c;
+        self.sum -= d * c;
+        self.lowest = (self.lowest - d) * (1.0 + 2.0 * U64);
+        self.rebases += 1;
+    }
+
+    /// Adds the moments of another part of the row about the same point.
+    pub(crate) fn join(&mut self, o: &Moments) {
+        self.count += o.count;
+        self.sum += o.sum;
+        self.sum_sq += o.sum_sq;
+        self.lowest = self.lowest.min(o.lowest);
+        self.rebases += o.rebases + 1;
+    }
+
     /// Adds one entry (a patch): finite ones only.
     pub(crate) fn add(&mut self, l: f32, r: f32) {
         if l > f32::NEG_INFINITY {
@@ -171,16 +277,20 @@ impl Moments {
     /// Bounds on the error of [`sum`](Self::sum) and [`sum_sq`](Self::sum_sq): each
     /// difference `l - r` within one rounding, each square within one more, and each
     /// of the `n` terms of a lane sum moving it by at most `2^-53` of the sum of
-    /// magnitudes (every `l - r` has the same sign, so that sum is `|sum|`).
+    /// magnitudes (every `l - r` has the same sign, so that sum is `|sum|`). Each
+    /// [`rebase`](Self::rebase) or [`join`](Self::join) adds at most 8 more such
+    /// roundings (`d`, the products and the sums; an error `E1` of `sum` moves
+    /// `sum_sq` by `2 d E1`, within `sum_sq`'s share as `2 d |sum| <= sum_sq'`).
     pub(crate) fn errors(&self, n: usize) -> (f64, f64) {
-        let k = (n as f64 + 3.0) * U64;
+        let k = (n as f64 + 3.0 + 8.0 * self.rebases as f64) * U64;
         (k * self.sum.abs(), (k + 2.0 * U64) * self.sum_sq)
     }
 }
 
 /// [`Moments`] of the unmarked finite entries of `row` about `r`. The row must hold no
-/// NaN (checked beforehand); every unmarked entry is at most `r`. Always inlined, so
-/// that [`simd::row_moments`](crate::simd::row_moments) can compile it for wider vectors.
+/// NaN (checked beforehand); every unmarked entry is at most `r`. The engine runs it
+/// span by span through [`online_moments`]; whole rows only in the tests.
+#[cfg(test)]
 #[inline(always)]
 pub(crate) fn moments<T: Logit>(row: &[T], marks: Option<&[u32]>, r: f32) -> Moments {
     match marks {
@@ -236,7 +346,54 @@ fn moments_with<T: Logit, const MARKS: bool>(row: &[T], marks: &[u32], r: f32) -
         sum: sum.iter().sum(),
         sum_sq: sum_sq.iter().sum(),
         lowest: lowest.iter().copied().fold(0.0, f64::min),
+        rebases: 0,
     }
+}
+
+/// [`moments`] about the maximum of the unmarked entries, found in the same pass: in
+/// spans ([`span_len`](crate::mass::span_len)), each span's maximum read first, its
+/// moments taken about the running maximum and the moments so far moved by
+/// [`Moments::rebase`] when it rises. Returns the maximum (`-inf` if none), the moments
+/// about it, and whether the row may hold a NaN or a `+inf` (as
+/// [`Online`](crate::mass::Online)).
+#[inline(always)]
+pub(crate) fn online_moments<T: Logit>(row: &[T], marks: Option<&[u32]>) -> (f32, Moments, bool) {
+    match marks {
+        None => online_moments_with::<T, false>(row, &[]),
+        Some(marks) => online_moments_with::<T, true>(row, marks),
+    }
+}
+
+#[inline(always)]
+fn online_moments_with<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+) -> (f32, Moments, bool) {
+    let len = crate::mass::span_len(row.len());
+    let mut check = [0.0f32; LANES];
+    let mut max = f32::NEG_INFINITY;
+    let mut m = Moments {
+        count: 0,
+        sum: 0.0,
+        sum_sq: 0.0,
+        lowest: 0.0,
+        rebases: 0,
+    };
+    for (i, span) in row.chunks(len).enumerate() {
+        let mk = if MARKS { &marks[i * len / 32..] } else { marks };
+        let top = crate::mass::span_max::<T, MARKS>(span, mk, &mut check);
+        if top > max {
+            if max > f32::NEG_INFINITY {
+                m.rebase(max, top);
+            }
+            max = top;
+        }
+        if max > f32::NEG_INFINITY {
+            m.join(&moments_with::<T, MARKS>(span, mk, max));
+        }
+    }
+    let bad = check.iter().any(|&c| crate::adjust::not_finite_above(c));
+    (max, m, bad)
 }
 
 #[cfg(test)]
@@ -293,6 +450,127 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Rows for the one-pass statistics: noisy, rising in every span (the most
+    /// rebases), a maximum in the last span only, and extreme values.
+    fn online_rows(x: &mut u64) -> Vec<Vec<f32>> {
+        let mut rows = vec![
+            crate::test_rows::uniform_row(x, 151_936, 2.0, 101, 7),
+            crate::test_rows::uniform_row(x, 4_099, 30.0, 13, 2),
+            crate::test_rows::uniform_row(x, 17, 3.0, 5, 1),
+            crate::test_rows::uniform_row(x, 300_007, 0.5, 1_000, 3),
+            crate::test_rows::uniform_row(x, 3_000, 1e-40, 50, 1),
+        ];
+        for step in [1e-3f32, 0.05, 0.7] {
+            rows.push((0..151_936).map(|i| -80.0 + step * i as f32).collect());
+        }
+        let mut late = vec![f32::NEG_INFINITY; 20_000];
+        late[19_000..]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, l)| *l = i as f32 * 1e-2);
+        rows.push(late);
+        rows.push(vec![f32::NEG_INFINITY; 3_000]);
+        rows
+    }
+
+    fn check_online_stats<T: Logit>(row: &[T], marks: Option<&[u32]>) {
+        let v: Vec<f32> = row.iter().map(|x| x.to_f32()).collect();
+        let n = v.len();
+        let max = (0..n)
+            .filter(|&i| !marks.is_some_and(|m| is_marked(m, i)))
+            .map(|i| v[i])
+            .fold(f32::NEG_INFINITY, f32::max);
+        for (m, e, bad) in [
+            online_entropy(row, marks),
+            online_entropy_in::<T, true>(row, marks),
+        ] {
+            assert!(!bad || v.iter().any(|l| l.abs() > 1e30));
+            assert_eq!(m.to_bits(), max.to_bits());
+            if max == f32::NEG_INFINITY {
+                assert_eq!((e.z, e.s), (0.0, 0.0));
+                continue;
+            }
+            let (z, s) = exact_entropy(&v, marks, max);
+            assert!((e.z - z).abs() <= e.z_err, "n {n}: z {} vs {z}", e.z);
+            assert!((e.s - s).abs() <= e.s_err, "n {n}: s {} vs {s}", e.s);
+            let tiny = n as f64 * 1e-30;
+            assert!(e.z_err <= 1e-5 * z + tiny, "z bound {} loose", e.z_err);
+            assert!(
+                e.s_err <= 1e-4 * (s + z) + tiny,
+                "s bound {} loose",
+                e.s_err
+            );
+        }
+        let (m, mo, bad) = online_moments(row, marks);
+        assert!(!bad || v.iter().any(|l| l.abs() > 1e30));
+        assert_eq!(m.to_bits(), max.to_bits());
+        let finite: Vec<f64> = (0..n)
+            .filter(|&i| v[i].is_finite() && !marks.is_some_and(|m| is_marked(m, i)))
+            .map(|i| f64::from(v[i]) - f64::from(max))
+            .collect();
+        assert_eq!(mo.count, finite.len());
+        if finite.is_empty() {
+            return;
+        }
+        let (e1, e2) = mo.errors(n);
+        assert!((mo.sum - finite.iter().sum::<f64>()).abs() <= e1);
+        assert!((mo.sum_sq - finite.iter().map(|d| d * d).sum::<f64>()).abs() <= e2);
+        let lowest = finite.iter().copied().fold(0.0, f64::min);
+        assert!(mo.lowest <= lowest && mo.lowest >= lowest * (1.0 + 1e-12) - 1e-300);
+    }
+
+    #[test]
+    fn the_one_pass_statistics_are_within_their_bounds() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for row in online_rows(&mut x) {
+            let n = row.len();
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| if w % 2 == 1 { 0x8421_0f0f } else { 0 })
+                .collect();
+            for marks in [None, Some(&marks[..])] {
+                check_online_stats(&row, marks);
+                let c = |l: f32| if l.is_finite() { l.clamp(-6e4, 6e4) } else { l };
+                let h: Vec<half::f16> = row.iter().map(|&l| half::f16::from_f32(c(l))).collect();
+                check_online_stats(&h, marks);
+                let b: Vec<half::bf16> = row.iter().map(|&l| half::bf16::from_f32(l)).collect();
+                check_online_stats(&b, marks);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn one_pass_statistics_match_plain_f64_sums(
+            parts in proptest::collection::vec((0u8..5, -60.0f32..60.0, 1usize..3_000), 1..6),
+            seed in proptest::prelude::any::<u64>(),
+            masked in proptest::prelude::any::<bool>(),
+        ) {
+            let mut row = Vec::new();
+            let mut x = seed | 1;
+            for (kind, base, len) in parts {
+                for i in 0..len {
+                    let f = i as f32 / len as f32;
+                    row.push(match kind {
+                        0 => base,
+                        1 => base + 40.0 * f,
+                        2 => base - 40.0 * f,
+                        3 => crate::test_rows::uniform_row(&mut x, 1, 20.0, 7, 9)[0] + base,
+                        _ => f32::NEG_INFINITY,
+                    });
+                }
+            }
+            let marks: Vec<u32> = (0..row.len().div_ceil(32))
+                .map(|w| (seed.rotate_left(w as u32) as u32) & 0x5555_5555)
+                .collect();
+            let marks = masked.then_some(&marks[..]);
+            check_online_stats(&row, marks);
+            let b: Vec<half::bf16> = row.iter().map(|&l| half::bf16::from_f32(l)).collect();
+            check_online_stats(&b, marks);
         }
     }
 
