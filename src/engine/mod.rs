@@ -763,7 +763,7 @@ impl Engine {
         let mut collected = None;
         // (The passes that take the maximum on the way give it here.)
         let mut fused_max = None;
-        let (mut fused, mut fused_entropy, mut fused_moments) = (None, None, None);
+        let (mut fused, mut fused_entropy) = (None, None);
         if let Floor::Epsilon { .. } | Floor::Mirostat { .. } = rule {
             let cut = match rule {
                 Floor::Epsilon { epsilon, .. } => crate::as_decimal(epsilon),
@@ -795,34 +795,18 @@ impl Engine {
                 fused = Some((cut, z, err));
             }
         }
-        match rule {
-            Floor::Eta { .. } => {
-                let (m, mut e, bad) = crate::simd::online_entropy(row, marks);
-                if bad {
-                    adjust::first_non_finite_of(row)?;
-                }
-                ov.check()?;
-                let max = ov.patch.iter().fold(m, |a, p| a.max(p.1));
-                if m > f32::NEG_INFINITY && max > m {
-                    e.rebase(m, max, n);
-                }
-                fused_max = Some(max);
-                fused_entropy = Some(e);
+        if let Floor::Eta { .. } = rule {
+            let (m, mut e, bad) = crate::simd::online_entropy(row, marks);
+            if bad {
+                adjust::first_non_finite_of(row)?;
             }
-            Floor::TopNSigma { .. } => {
-                let (m, mut mo, bad) = crate::simd::online_moments(row, marks);
-                if bad {
-                    adjust::first_non_finite_of(row)?;
-                }
-                ov.check()?;
-                let max = ov.patch.iter().fold(m, |a, p| a.max(p.1));
-                if m > f32::NEG_INFINITY && max > m {
-                    mo.rebase(m, max);
-                }
-                fused_max = Some(max);
-                fused_moments = Some(mo);
+            ov.check()?;
+            let max = ov.patch.iter().fold(m, |a, p| a.max(p.1));
+            if m > f32::NEG_INFINITY && max > m {
+                e.rebase(m, max, n);
             }
-            _ => {}
+            fused_max = Some(max);
+            fused_entropy = Some(e);
         }
         let max = match fused_max {
             Some(m) => m,
@@ -852,9 +836,9 @@ impl Engine {
                 crate::floor_band::eta(crate::as_decimal(epsilon), &e, n, max)
             }
             Floor::TopNSigma { n: k } => {
-                let Some(mut m) = fused_moments else {
-                    return Ok(FloorCut::Undecided);
-                };
+                // (The moments need no `exp`: a pass of their own, after the maximum's,
+                // costs less than folding the maximum in.)
+                let mut m = crate::simd::row_moments(row, marks, max);
                 for &(_, l) in &ov.patch {
                     m.add(l, max);
                 }

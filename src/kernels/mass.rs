@@ -313,11 +313,12 @@ fn weights_with<T: Logit, const MARKS: bool, const UNIT: bool>(
 pub(crate) const SPANS: usize = 256;
 
 /// The length of the spans of the one-pass kernels for a row of `n` entries: a multiple
-/// of [`BLOCK`] (so that a span's marks start at a word), at least 1,024 entries (4 KiB
-/// of `f32`, read again from L1) and long enough that the row has at most [`SPANS`].
+/// of [`BLOCK`] (so that a span's marks start at a word), at least 4,096 entries (16 KiB
+/// of `f32`, read again from L1: shorter spans measured slower, the fixed cost of a span
+/// outweighing) and long enough that the row has at most [`SPANS`].
 #[inline(always)]
 pub(crate) fn span_len(n: usize) -> usize {
-    n.div_ceil(SPANS).next_multiple_of(BLOCK).max(16 * BLOCK)
+    n.div_ceil(SPANS).next_multiple_of(BLOCK).max(64 * BLOCK)
 }
 
 /// The maximum of the entries of `span` that `marks` leaves unmarked (`-inf` if none),
@@ -386,7 +387,89 @@ pub(crate) struct Online {
     pub(crate) bad: bool,
 }
 
-/// [`weights_with`] without the maximum known beforehand: one pass over the row in
+/// [`weights_with`] for the whole of `row` (see there for the bound). Always inlined,
+/// so that [`simd::weights_into`](crate::simd::weights_into) can compile it for wider
+/// vectors.
+#[inline(always)]
+pub(crate) fn weights_into<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+    out: &mut [f32],
+) -> f64 {
+    match (marks, t == 1.0) {
+        (None, true) => weights_with::<T, false, true>(row, &[], max, t, out),
+        (None, false) => weights_with::<T, false, false>(row, &[], max, t, out),
+        (Some(marks), true) => weights_with::<T, true, true>(row, marks, max, t, out),
+        (Some(marks), false) => weights_with::<T, true, false>(row, marks, max, t, out),
+    }
+}
+
+/// [`span_max`] with the marks' test chosen at run time. Always inlined, so that
+/// [`simd::span_max`](crate::simd::span_max) can compile it for wider vectors.
+#[inline(always)]
+pub(crate) fn span_max_of<T: Logit>(
+    span: &[T],
+    marks: Option<&[u32]>,
+    check: &mut [f32; LANES],
+) -> f32 {
+    match marks {
+        None => span_max::<T, false>(span, &[], check),
+        Some(m) => span_max::<T, true>(span, m, check),
+    }
+}
+
+/// [`fast`]'s mass of `row` at temperature 1 against `max`, collecting on the way the
+/// unmarked entries `>= above` into `out` while it holds at most `cap` (their ids offset
+/// by `first`). With `FUSED`, as [`fast_in`].
+#[inline(always)]
+pub(crate) fn mass_collect_in<T: Logit, const FUSED: bool>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    above: f32,
+    cap: usize,
+    first: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> (f64, f64) {
+    let inf = f32::INFINITY;
+    match marks {
+        None => fast_with::<T, false, FUSED, true>(row, &[], max, 1.0, inf, above, cap, first, out),
+        Some(m) => fast_with::<T, true, FUSED, true>(row, m, max, 1.0, inf, above, cap, first, out),
+    }
+}
+
+/// [`mass_collect_in`] without fused multiply-adds.
+#[inline(always)]
+pub(crate) fn mass_collect<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    above: f32,
+    cap: usize,
+    first: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> (f64, f64) {
+    mass_collect_in::<T, false>(row, marks, max, above, cap, first, out)
+}
+
+/// The marks of the span from `start` (a multiple of [`BLOCK`]) on.
+#[inline]
+pub(crate) fn span_marks(marks: Option<&[u32]>, start: usize) -> Option<&[u32]> {
+    marks.map(|m| &m[start / 32..])
+}
+
+/// The per-span kernels the one-pass loops call: the dispatched ones in the engine,
+/// each SIMD level's copy in the tests.
+pub(crate) struct SpanKernels<M, W> {
+    /// [`span_max_of`].
+    pub(crate) max: M,
+    /// [`weights_into`] or [`mass_collect`].
+    pub(crate) work: W,
+}
+
+/// [`weights_into`] without the maximum known beforehand: one pass over the row in
 /// spans of [`span_len`] entries, each span's maximum read first (from L1), the weights
 /// of the span written relative to the running maximum `used[s]` (the maximum of spans
 /// `0..=s`), and the running sum multiplied by [`rescale`]'s factor whenever the maximum
@@ -399,40 +482,28 @@ pub(crate) struct Online {
 /// below `6.5e-11` of the sum; the sum of the weights written is otherwise within
 /// [`weights_with`]'s bound.
 ///
-/// Always inlined, so that [`simd::online_weights_into`](crate::simd::online_weights_into)
-/// can compile it for wider vectors.
-#[inline(always)]
-pub(crate) fn online_weights_into<T: Logit>(
+/// The loop is scalar; each span runs the kernels `k` (on the widest vectors the CPU
+/// has, through [`simd`](crate::simd)), which write the same values on every level.
+pub(crate) fn online_weights_into<T: Logit, M, W>(
     row: &[T],
     marks: Option<&[u32]>,
     t: f32,
     out: &mut [f32],
     used: &mut [f32; SPANS],
-) -> Online {
-    match (marks, t == 1.0) {
-        (None, true) => online_weights_with::<T, false, true>(row, &[], t, out, used),
-        (None, false) => online_weights_with::<T, false, false>(row, &[], t, out, used),
-        (Some(m), true) => online_weights_with::<T, true, true>(row, m, t, out, used),
-        (Some(m), false) => online_weights_with::<T, true, false>(row, m, t, out, used),
-    }
-}
-
-#[inline(always)]
-fn online_weights_with<T: Logit, const MARKS: bool, const UNIT: bool>(
-    row: &[T],
-    marks: &[u32],
-    t: f32,
-    out: &mut [f32],
-    used: &mut [f32; SPANS],
-) -> Online {
+    k: SpanKernels<M, W>,
+) -> Online
+where
+    M: Fn(&[T], Option<&[u32]>, &mut [f32; LANES]) -> f32,
+    W: Fn(&[T], Option<&[u32]>, f32, f32, &mut [f32]) -> f64,
+{
     debug_assert_eq!(row.len(), out.len());
     let len = span_len(row.len());
     let mut check = [0.0f32; LANES];
     let (mut max, mut z, mut err) = (f32::NEG_INFINITY, 0.0f64, 0.0f64);
     let tiny = row.len() as f64 * 1e-323;
     for (s, (span, o)) in row.chunks(len).zip(out.chunks_mut(len)).enumerate() {
-        let mk = if MARKS { &marks[s * len / 32..] } else { marks };
-        let top = span_max::<T, MARKS>(span, mk, &mut check);
+        let mk = span_marks(marks, s * len);
+        let top = (k.max)(span, mk, &mut check);
         if top > max {
             if max > f32::NEG_INFINITY {
                 let (r, e) = rescale(max, top, t);
@@ -445,7 +516,7 @@ fn online_weights_with<T: Logit, const MARKS: bool, const UNIT: bool>(
         if max == f32::NEG_INFINITY {
             o.fill(0.0);
         } else {
-            z += weights_with::<T, MARKS, UNIT>(span, mk, max, t, o);
+            z += (k.work)(span, mk, max, t, o);
             // (The span's sum joins the running one: one more `f64` rounding.)
             err += U64 * z;
         }
@@ -454,56 +525,35 @@ fn online_weights_with<T: Logit, const MARKS: bool, const UNIT: bool>(
     Online { max, z, err, bad }
 }
 
-/// The mass of the whole row at temperature 1 and the unmarked entries near its
-/// maximum, in one pass that also finds the maximum: in spans, as
-/// [`online_weights_into`], each span's mass and its bound ([`fast`]'s, at temperature
-/// one) computed against the running maximum and both multiplied by [`rescale`]'s
-/// factor (the bound takes the factor's own error too) when the maximum rises. The entries
-/// collected are those `>= above(max)`, with
-/// `above(m) = ((m + offset) as f32).next_down()` for the final maximum: each span
-/// collects against its running maximum's (a lower threshold), and a rise drops what no
-/// longer reaches the new one. Returns the [`Online`] result (`err` the whole bound), and
-/// whether `out` holds every such entry, in id order (false once it held more than `cap`).
-#[inline(always)]
-pub(crate) fn online_collect_in<T: Logit, const FUSED: bool>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    offset: f64,
-    cap: usize,
-    out: &mut Vec<(f32, TokenId)>,
-) -> (Online, bool) {
-    match marks {
-        None => online_collect_with::<T, false, FUSED>(row, &[], offset, cap, out),
-        Some(m) => online_collect_with::<T, true, FUSED>(row, m, offset, cap, out),
-    }
-}
-
-/// [`online_collect_in`] without fused multiply-adds.
-#[inline(always)]
-pub(crate) fn online_collect<T: Logit>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    offset: f64,
-    cap: usize,
-    out: &mut Vec<(f32, TokenId)>,
-) -> (Online, bool) {
-    online_collect_in::<T, false>(row, marks, offset, cap, out)
-}
-
-/// The collection threshold of [`online_collect_in`] for a maximum `m`.
+/// The collection threshold of [`online_collect`] for a maximum `m`.
 #[inline(always)]
 pub(crate) fn collect_above(m: f32, offset: f64) -> f32 {
     ((f64::from(m) + offset) as f32).next_down()
 }
 
-#[inline(always)]
-fn online_collect_with<T: Logit, const MARKS: bool, const FUSED: bool>(
+/// The mass of the whole row at temperature 1 and the unmarked entries near its
+/// maximum, in one pass that also finds the maximum: in spans, as
+/// [`online_weights_into`], each span's mass and its bound ([`fast`]'s, at temperature
+/// one) computed against the running maximum and both multiplied by [`rescale`]'s
+/// factor (the bound takes the factor's own error too) when the maximum rises. The
+/// entries collected are those `>= above(max)`, with
+/// `above(m) = ((m + offset) as f32).next_down()` for the final maximum: each span
+/// collects against its running maximum's (a lower threshold), and a rise drops what no
+/// longer reaches the new one. Returns the [`Online`] result (`err` the whole bound), and
+/// whether `out` holds every such entry, in id order (false when there are more than
+/// `cap`, or when lower running thresholds took more than `4 cap` on the way).
+pub(crate) fn online_collect<T: Logit, M, W>(
     row: &[T],
-    marks: &[u32],
+    marks: Option<&[u32]>,
     offset: f64,
     cap: usize,
     out: &mut Vec<(f32, TokenId)>,
-) -> (Online, bool) {
+    k: SpanKernels<M, W>,
+) -> (Online, bool)
+where
+    M: Fn(&[T], Option<&[u32]>, &mut [f32; LANES]) -> f32,
+    W: Fn(&[T], Option<&[u32]>, f32, f32, usize, usize, &mut Vec<(f32, TokenId)>) -> (f64, f64),
+{
     out.clear();
     let len = span_len(row.len());
     let mut check = [0.0f32; LANES];
@@ -511,10 +561,9 @@ fn online_collect_with<T: Logit, const MARKS: bool, const FUSED: bool>(
     let mut above = f32::INFINITY;
     let mut all = true;
     let tiny = row.len() as f64 * 1e-323;
-    let inf = f32::INFINITY;
     for (s, span) in row.chunks(len).enumerate() {
-        let mk = if MARKS { &marks[s * len / 32..] } else { marks };
-        let top = span_max::<T, MARKS>(span, mk, &mut check);
+        let mk = span_marks(marks, s * len);
+        let top = (k.max)(span, mk, &mut check);
         if top > max {
             if max > f32::NEG_INFINITY {
                 let (r, e) = rescale(max, top, 1.0);
@@ -528,12 +577,14 @@ fn online_collect_with<T: Logit, const MARKS: bool, const FUSED: bool>(
         if max == f32::NEG_INFINITY {
             continue;
         }
-        let (zs, es) =
-            fast_with::<T, MARKS, FUSED, true>(span, mk, max, 1.0, inf, above, cap, s * len, out);
+        // (Early spans collect against a lower threshold: they may hold up to four
+        // times `cap` until a rise prunes them.)
+        let (zs, es) = (k.work)(span, mk, max, above, 4 * cap, s * len, out);
         z += zs;
         err += es + U64 * z;
-        all &= out.len() <= cap;
+        all &= out.len() <= 4 * cap;
     }
+    all &= out.len() <= cap;
     let bad = check.iter().any(|&c| crate::adjust::not_finite_above(c));
     (Online { max, z, err, bad }, all)
 }
@@ -566,6 +617,21 @@ mod tests {
             }
         };
         row.iter().map(|&l| half::bf16::from_f32(c(l))).collect()
+    }
+
+    /// [`online_weights_into`] on the portable kernels.
+    fn portable<T: Logit>(
+        row: &[T],
+        marks: Option<&[u32]>,
+        t: f32,
+        out: &mut [f32],
+        used: &mut [f32; SPANS],
+    ) -> Online {
+        let k = SpanKernels {
+            max: span_max_of::<T>,
+            work: weights_into::<T>,
+        };
+        online_weights_into(row, marks, t, out, used, k)
     }
 
     type OnlineWeights<T> = fn(&[T], Option<&[u32]>, f32, &mut [f32], &mut [f32; SPANS]) -> Online;
@@ -668,11 +734,11 @@ mod tests {
                 .map(|w| (w as u32).wrapping_mul(0x0101_0101))
                 .collect();
             for marks in [None, Some(&marks[..])] {
-                worst = worst.max(check_online(&row, marks, t, online_weights_into));
+                worst = worst.max(check_online(&row, marks, t, portable));
                 let h = halves(&row);
-                check_online(&h, marks, t, online_weights_into);
+                check_online(&h, marks, t, portable);
                 let b = brains(&row);
-                check_online(&b, marks, t, online_weights_into);
+                check_online(&b, marks, t, portable);
             }
         }
         // The probabilities' stated bound keeps room for the sum's.
@@ -685,14 +751,18 @@ mod tests {
             let mut row = vec![0.5f32; 5_000];
             row[4_321] = bad;
             let mut out = vec![0.0; 5_000];
-            let on = online_weights_into(&row, None, 1.0, &mut out, &mut [0.0; SPANS]);
+            let on = portable(&row, None, 1.0, &mut out, &mut [0.0; SPANS]);
             assert!(on.bad);
-            let (on, _) = online_collect(&row, None, -8.0, 10, &mut Vec::new());
+            let k = SpanKernels {
+                max: span_max_of::<f32>,
+                work: mass_collect::<f32>,
+            };
+            let (on, _) = online_collect(&row, None, -8.0, 10, &mut Vec::new(), k);
             assert!(on.bad);
         }
     }
 
-    /// Checks [`online_collect_in`] against the mass of a plain `f64` sum and the
+    /// Checks [`online_collect`] against the mass of a plain `f64` sum and the
     /// entries at or above the threshold.
     fn check_online_collect<T: Logit, const FUSED: bool>(
         row: &[T],
@@ -707,7 +777,11 @@ mod tests {
             .map(|i| v[i])
             .fold(f32::NEG_INFINITY, f32::max);
         let mut out = vec![(1.0, 7)];
-        let (on, all) = online_collect_in::<T, FUSED>(row, marks, offset, cap, &mut out);
+        let k = SpanKernels {
+            max: span_max_of::<T>,
+            work: mass_collect_in::<T, FUSED>,
+        };
+        let (on, all) = online_collect(row, marks, offset, cap, &mut out, k);
         assert!(!on.bad || v.iter().any(|l| l.abs() > 1e30));
         assert_eq!(on.max.to_bits(), max.to_bits());
         if max == f32::NEG_INFINITY {
@@ -786,11 +860,11 @@ mod tests {
                 .map(|w| (mark_seed.rotate_left(w as u32) as u32) & 0x5555_5555)
                 .collect();
             let marks = masked.then_some(&marks[..]);
-            check_online(&row, marks, t, online_weights_into);
+            check_online(&row, marks, t, portable);
             let h = halves(&row);
-            check_online(&h, marks, t, online_weights_into);
+            check_online(&h, marks, t, portable);
             let b = brains(&row);
-            check_online(&b, marks, t, online_weights_into);
+            check_online(&b, marks, t, portable);
             check_online_collect::<f32, false>(&row, marks, -8.1, 4096);
             check_online_collect::<f32, true>(&row, marks, -2.0, 50);
             check_online_collect::<half::bf16, false>(&b, marks, -8.1, 4096);

@@ -459,35 +459,76 @@ dispatch!(
 );
 
 dispatch!(
-    /// [`mass::online_weights_into`], on the widest vectors the CPU has (no fused
-    /// multiply-adds: every copy writes the same weights).
-    online_weights_into, online_weights_into_avx2, online_weights_into_avx512,
-    mass::online_weights_into,
-    fn<T>(row: &[T], marks: Option<&[u32]>, t: f32, out: &mut [f32],
-          used: &mut [f32; mass::SPANS]) -> mass::Online
+    /// [`mass::weights_into`], on the widest vectors the CPU has.
+    weights_into, weights_into_avx2, weights_into_avx512, mass::weights_into,
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, out: &mut [f32]) -> f64
 );
 
 dispatch!(
-    /// [`mass::online_collect`], on the widest vectors the CPU has (fused multiply-adds in
-    /// the wide copies, as [`row_mass_collect`]).
-    online_collect, online_collect_avx2, online_collect_avx512, mass::online_collect,
-    mass::online_collect_in::<T, true>,
-    fn<T>(row: &[T], marks: Option<&[u32]>, offset: f64, cap: usize,
-          out: &mut Vec<(f32, TokenId)>) -> (mass::Online, bool)
+    /// [`mass::span_max_of`], on the widest vectors the CPU has.
+    span_max, span_max_avx2, span_max_avx512, mass::span_max_of,
+    fn<T>(span: &[T], marks: Option<&[u32]>, check: &mut [f32; LANES]) -> f32
 );
 
 dispatch!(
-    /// [`stats::online_entropy`], on the widest vectors the CPU has (fused multiply-adds
-    /// in the wide copies, within the same bound).
-    online_entropy, online_entropy_avx2, online_entropy_avx512, stats::online_entropy,
-    stats::online_entropy_in::<T, true>,
-    fn<T>(row: &[T], marks: Option<&[u32]>) -> (f32, stats::Entropy, bool)
+    /// [`mass::mass_collect`], on the widest vectors the CPU has (fused multiply-adds in
+    /// the wide copies, as [`row_mass`]).
+    mass_collect, mass_collect_avx2, mass_collect_avx512, mass::mass_collect,
+    mass::mass_collect_in::<T, true>,
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, above: f32, cap: usize, first: usize,
+          out: &mut Vec<(f32, TokenId)>) -> (f64, f64)
+);
+
+/// [`mass::online_weights_into`] with each span on the widest vectors the CPU has (no
+/// fused multiply-add: every level writes the same weights).
+pub(crate) fn online_weights_into<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    t: f32,
+    out: &mut [f32],
+    used: &mut [f32; mass::SPANS],
+) -> mass::Online {
+    let k = mass::SpanKernels {
+        max: span_max::<T>,
+        work: weights_into::<T>,
+    };
+    mass::online_weights_into(row, marks, t, out, used, k)
+}
+
+/// [`mass::online_collect`] with each span on the widest vectors the CPU has.
+pub(crate) fn online_collect<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    offset: f64,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> (mass::Online, bool) {
+    let k = mass::SpanKernels {
+        max: span_max::<T>,
+        work: mass_collect::<T>,
+    };
+    mass::online_collect(row, marks, offset, cap, out, k)
+}
+
+/// [`stats::online_entropy`] with each span on the widest vectors the CPU has.
+pub(crate) fn online_entropy<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+) -> (f32, stats::Entropy, bool) {
+    stats::online_entropy(row, marks, span_max::<T>, row_entropy::<T>)
+}
+
+dispatch!(
+    /// [`stats::entropy`], on the widest vectors the CPU has (fused multiply-adds in the
+    /// wide copies, within the same bound).
+    row_entropy, row_entropy_avx2, row_entropy_avx512, stats::entropy, stats::entropy_in::<T, true>,
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32) -> stats::Entropy
 );
 
 dispatch!(
-    /// [`stats::online_moments`], on the widest vectors the CPU has.
-    online_moments, online_moments_avx2, online_moments_avx512, stats::online_moments,
-    fn<T>(row: &[T], marks: Option<&[u32]>) -> (f32, stats::Moments, bool)
+    /// [`stats::moments`], on the widest vectors the CPU has.
+    row_moments, row_moments_avx2, row_moments_avx512, stats::moments,
+    fn<T>(row: &[T], marks: Option<&[u32]>, r: f32) -> stats::Moments
 );
 
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -495,10 +536,10 @@ mod tests {
     use super::*;
     use crate::histogram::SLOTS;
 
-    /// The one-pass kernels: every copy writes the same weights, maximum, mass and
-    /// bound bit for bit (`online_weights_into` fuses nothing), and the wide copies of
-    /// the collecting mass (which fuse multiply-adds) the same maximum and entries, each
-    /// mass within its own bound of the precise one.
+    /// The one-pass loops run on each level's copies of their span kernels: the
+    /// weights, maximum, mass and bound bit for bit the same (no multiply-add fused),
+    /// and with the collecting mass and the entropy (which fuse them) the same maximum
+    /// and entries, each mass within its own bound of the precise one.
     #[test]
     fn one_pass_kernels_agree_on_every_level() {
         let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
@@ -517,65 +558,67 @@ mod tests {
             (rising.clone(), 1.0),
             (rising, 0.7),
         ];
+        type Max = fn(&[f32], Option<&[u32]>, &mut [f32; LANES]) -> f32;
+        type Weights = fn(&[f32], Option<&[u32]>, f32, f32, &mut [f32]) -> f64;
+        type Collect = fn(
+            &[f32],
+            Option<&[u32]>,
+            f32,
+            f32,
+            usize,
+            usize,
+            &mut Vec<(f32, TokenId)>,
+        ) -> (f64, f64);
+        type Sums = fn(&[f32], Option<&[u32]>, f32) -> stats::Entropy;
+        let portable: (Max, Weights, Collect, Sums) = (
+            mass::span_max_of,
+            mass::weights_into,
+            mass::mass_collect,
+            stats::entropy,
+        );
+        let mut levels = vec![portable];
+        // SAFETY (every closure below): each copy is pushed only when the CPU supports it.
+        if avx2 {
+            levels.push((
+                |s, m, c| unsafe { span_max_avx2(s, m, c) },
+                |s, m, x, t, o| unsafe { weights_into_avx2(s, m, x, t, o) },
+                |s, m, x, a, c, f, o| unsafe { mass_collect_avx2(s, m, x, a, c, f, o) },
+                |s, m, x| unsafe { row_entropy_avx2(s, m, x) },
+            ));
+        }
+        if avx512 {
+            levels.push((
+                |s, m, c| unsafe { span_max_avx512(s, m, c) },
+                |s, m, x, t, o| unsafe { weights_into_avx512(s, m, x, t, o) },
+                |s, m, x, a, c, f, o| unsafe { mass_collect_avx512(s, m, x, a, c, f, o) },
+                |s, m, x| unsafe { row_entropy_avx512(s, m, x) },
+            ));
+        }
         for (row, t) in &rows {
             let (row, t, n) = (&row[..], *t, row.len());
             let marks: Vec<u32> = (0..n.div_ceil(32))
                 .map(|w| (w as u32).wrapping_mul(0x0101_0101))
                 .collect();
             for marks in [None, Some(&marks[..])] {
-                let (mut o1, mut u1) = (vec![0.0f32; n], [0.0f32; mass::SPANS]);
-                let a = mass::online_weights_into(row, marks, t, &mut o1, &mut u1);
-                let (mut c1, mut c2) = (Vec::new(), Vec::new());
-                let (b, all) = mass::online_collect(row, marks, -8.1, 4096, &mut c1);
-                let exact = mass::precise(row, marks, a.max, 1.0, f32::INFINITY);
-                assert!((b.z - exact).abs() <= b.err);
-                for level in [Level::Avx2, Level::Avx512] {
-                    let (mut o2, mut u2) = (vec![0.0f32; n], [0.0f32; mass::SPANS]);
-                    // SAFETY: each copy runs only when the CPU supports it.
-                    let (a2, (b2, all2)) = unsafe {
-                        match level {
-                            Level::Avx2 if avx2 => (
-                                online_weights_into_avx2(row, marks, t, &mut o2, &mut u2),
-                                online_collect_avx2(row, marks, -8.1, 4096, &mut c2),
-                            ),
-                            Level::Avx512 if avx512 => (
-                                online_weights_into_avx512(row, marks, t, &mut o2, &mut u2),
-                                online_collect_avx512(row, marks, -8.1, 4096, &mut c2),
-                            ),
-                            _ => continue,
-                        }
-                    };
+                let mut first = None;
+                for &(max, work, collect, sums) in &levels {
+                    let (mut o, mut u) = (vec![0.0f32; n], [0.0f32; mass::SPANS]);
+                    let k = mass::SpanKernels { max, work };
+                    let a = mass::online_weights_into(row, marks, t, &mut o, &mut u, k);
+                    let mut c = Vec::new();
+                    let k = mass::SpanKernels { max, work: collect };
+                    let (b, all) = mass::online_collect(row, marks, -8.1, 4096, &mut c, k);
+                    let exact = mass::precise(row, marks, a.max, 1.0, f32::INFINITY);
+                    assert!((b.z - exact).abs() <= b.err);
+                    let e = stats::online_entropy(row, marks, max, sums);
                     let bits = |o: &[f32]| o.iter().map(|w| w.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(&o1), bits(&o2), "{level:?}");
-                    assert_eq!(bits(&u1), bits(&u2));
-                    assert_eq!(a.max.to_bits(), a2.max.to_bits());
-                    assert_eq!(a.z.to_bits(), a2.z.to_bits());
-                    assert_eq!(a.err.to_bits(), a2.err.to_bits());
-                    assert_eq!(b.max.to_bits(), b2.max.to_bits());
-                    assert!((b2.z - exact).abs() <= b2.err, "{level:?}");
-                    assert_eq!((&c1, all), (&c2, all2));
-                    // SAFETY: as above (the level was checked in the match).
-                    let (e2, m2) = unsafe {
-                        if level == Level::Avx2 {
-                            (
-                                online_entropy_avx2(row, marks),
-                                online_moments_avx2(row, marks),
-                            )
-                        } else {
-                            (
-                                online_entropy_avx512(row, marks),
-                                online_moments_avx512(row, marks),
-                            )
-                        }
-                    };
-                    let (e1, m1) = (
-                        stats::online_entropy(row, marks),
-                        stats::online_moments(row, marks),
-                    );
-                    assert_eq!(m1, m2, "{level:?}");
-                    assert_eq!(e1.0.to_bits(), e2.0.to_bits());
-                    let (ez, es) = (e1.1.z_err + e2.1.z_err, e1.1.s_err + e2.1.s_err);
-                    assert!((e1.1.z - e2.1.z).abs() <= ez && (e1.1.s - e2.1.s).abs() <= es);
+                    let here = (bits(&o), bits(&u), a.max, a.z.to_bits(), a.err.to_bits());
+                    let f = first.get_or_insert((here.clone(), b, c.clone(), all, e));
+                    assert_eq!(f.0, here);
+                    assert_eq!((b.max, &c, all), (f.1.max, &f.2, f.3));
+                    assert_eq!(e.0, f.4 .0);
+                    let (ez, es) = (e.1.z_err + f.4 .1.z_err, e.1.s_err + f.4 .1.s_err);
+                    assert!((e.1.z - f.4 .1.z).abs() <= ez && (e.1.s - f.4 .1.s).abs() <= es);
                 }
             }
         }

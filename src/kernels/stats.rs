@@ -89,9 +89,9 @@ impl Entropy {
 /// The `2^-24 |x|` parts are bounded a posteriori by the sums of `w |x|` (that is, `s`)
 /// and `w x^2`, the latter summed in `f32` with a margin of 2% for its own rounding.
 ///
-/// The row must hold no NaN or `+inf` (checked beforehand). The engine runs it span by
-/// span through [`online_entropy`]; whole rows only in the tests.
-#[cfg(test)]
+/// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
+/// [`simd::row_entropy`](crate::simd::row_entropy) can compile it for wider vectors
+/// (the engine runs it span by span, through [`online_entropy`]).
 #[inline(always)]
 pub(crate) fn entropy<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> Entropy {
     entropy_in::<T, false>(row, marks, max)
@@ -99,7 +99,6 @@ pub(crate) fn entropy<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> E
 
 /// [`entropy`], and with `FUSED` its multiply-adds fused (for code compiled with the
 /// `fma` target feature); within the same bound.
-#[cfg(test)]
 #[inline(always)]
 pub(crate) fn entropy_in<T: Logit, const FUSED: bool>(
     row: &[T],
@@ -112,33 +111,19 @@ pub(crate) fn entropy_in<T: Logit, const FUSED: bool>(
     }
 }
 
-/// [`entropy_in`] without the maximum known beforehand: one pass over the row in spans
-/// ([`span_len`](crate::mass::span_len)), each span's maximum read first, its sums
-/// computed against the running maximum and the sums so far taken to a new maximum by
+/// [`entropy`] without the maximum known beforehand: one pass over the row in spans
+/// ([`span_len`](crate::mass::span_len)), each span's maximum read first (`max`, as
+/// [`span_max_of`](crate::mass::span_max_of)), its sums computed against the running
+/// maximum (`sums`, as [`entropy`]) and the sums so far taken to a new maximum by
 /// [`Entropy::rebase`] when it rises. Returns the maximum of the unmarked entries
 /// (`-inf` if none), the sums relative to it, and whether the row may hold a NaN or a
-/// `+inf` (as [`Online`](crate::mass::Online)).
-#[inline(always)]
-pub(crate) fn online_entropy_in<T: Logit, const FUSED: bool>(
+/// `+inf` (as [`Online`](crate::mass::Online)). The loop is scalar; the engine passes
+/// the dispatched kernels.
+pub(crate) fn online_entropy<T: Logit>(
     row: &[T],
     marks: Option<&[u32]>,
-) -> (f32, Entropy, bool) {
-    match marks {
-        None => online_entropy_with::<T, false, FUSED>(row, &[]),
-        Some(marks) => online_entropy_with::<T, true, FUSED>(row, marks),
-    }
-}
-
-/// [`online_entropy_in`] without fused multiply-adds.
-#[inline(always)]
-pub(crate) fn online_entropy<T: Logit>(row: &[T], marks: Option<&[u32]>) -> (f32, Entropy, bool) {
-    online_entropy_in::<T, false>(row, marks)
-}
-
-#[inline(always)]
-fn online_entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
-    row: &[T],
-    marks: &[u32],
+    max_of: impl Fn(&[T], Option<&[u32]>, &mut [f32; LANES]) -> f32,
+    sums: impl Fn(&[T], Option<&[u32]>, f32) -> Entropy,
 ) -> (f32, Entropy, bool) {
     let len = crate::mass::span_len(row.len());
     let mut check = [0.0f32; LANES];
@@ -150,8 +135,8 @@ fn online_entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
         s_err: 0.0,
     };
     for (i, span) in row.chunks(len).enumerate() {
-        let mk = if MARKS { &marks[i * len / 32..] } else { marks };
-        let top = crate::mass::span_max::<T, MARKS>(span, mk, &mut check);
+        let mk = crate::mass::span_marks(marks, i * len);
+        let top = max_of(span, mk, &mut check);
         if top > max {
             if max > f32::NEG_INFINITY {
                 e.rebase(max, top, row.len());
@@ -159,7 +144,7 @@ fn online_entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
             max = top;
         }
         if max > f32::NEG_INFINITY {
-            e.join(&entropy_with::<T, MARKS, FUSED>(span, mk, max));
+            e.join(&sums(span, mk, max));
         }
     }
     let bad = check.iter().any(|&c| crate::adjust::not_finite_above(c));
@@ -235,34 +220,9 @@ pub(crate) struct Moments {
     pub(crate) sum: f64,
     pub(crate) sum_sq: f64,
     pub(crate) lowest: f64,
-    /// The [`rebase`](Self::rebase)s and [`join`](Self::join)s the sums went through.
-    pub(crate) rebases: usize,
 }
 
 impl Moments {
-    /// Takes the moments from a reference point `old` to a larger `new` (both finite):
-    /// with `d = new - old`, `sum_sq - 2 d sum + d^2 count` (every term `>= 0`, as
-    /// `sum <= 0`), `sum - d count` and `lowest - d`. Each adds a few roundings of the
-    /// new magnitudes, which [`errors`](Self::errors) counts through `rebases`; `lowest`
-    /// is widened by `2^-52` (it only bounds a magnitude).
-    pub(crate) fn rebase(&mut self, old: f32, new: f32) {
-        let d = f64::from(new) - f64::from(old);
-        let c = self.count as f64;
-        self.sum_sq = self.sum_sq - 2.0 * d * self.sum + d * d * c;
-        self.sum -= d * c;
-        self.lowest = (self.lowest - d) * (1.0 + 2.0 * U64);
-        self.rebases += 1;
-    }
-
-    /// Adds the moments of another part of the row about the same point.
-    pub(crate) fn join(&mut self, o: &Moments) {
-        self.count += o.count;
-        self.sum += o.sum;
-        self.sum_sq += o.sum_sq;
-        self.lowest = self.lowest.min(o.lowest);
-        self.rebases += o.rebases + 1;
-    }
-
     /// Adds one entry (a patch): finite ones only.
     pub(crate) fn add(&mut self, l: f32, r: f32) {
         if l > f32::NEG_INFINITY {
@@ -277,20 +237,16 @@ impl Moments {
     /// Bounds on the error of [`sum`](Self::sum) and [`sum_sq`](Self::sum_sq): each
     /// difference `l - r` within one rounding, each square within one more, and each
     /// of the `n` terms of a lane sum moving it by at most `2^-53` of the sum of
-    /// magnitudes (every `l - r` has the same sign, so that sum is `|sum|`). Each
-    /// [`rebase`](Self::rebase) or [`join`](Self::join) adds at most 8 more such
-    /// roundings (`d`, the products and the sums; an error `E1` of `sum` moves
-    /// `sum_sq` by `2 d E1`, within `sum_sq`'s share as `2 d |sum| <= sum_sq'`).
+    /// magnitudes (every `l - r` has the same sign, so that sum is `|sum|`).
     pub(crate) fn errors(&self, n: usize) -> (f64, f64) {
-        let k = (n as f64 + 3.0 + 8.0 * self.rebases as f64) * U64;
+        let k = (n as f64 + 3.0) * U64;
         (k * self.sum.abs(), (k + 2.0 * U64) * self.sum_sq)
     }
 }
 
 /// [`Moments`] of the unmarked finite entries of `row` about `r`. The row must hold no
-/// NaN (checked beforehand); every unmarked entry is at most `r`. The engine runs it
-/// span by span through [`online_moments`]; whole rows only in the tests.
-#[cfg(test)]
+/// NaN (checked beforehand); every unmarked entry is at most `r`. Always inlined, so
+/// that [`simd::row_moments`](crate::simd::row_moments) can compile it for wider vectors.
 #[inline(always)]
 pub(crate) fn moments<T: Logit>(row: &[T], marks: Option<&[u32]>, r: f32) -> Moments {
     match marks {
@@ -346,54 +302,7 @@ fn moments_with<T: Logit, const MARKS: bool>(row: &[T], marks: &[u32], r: f32) -
         sum: sum.iter().sum(),
         sum_sq: sum_sq.iter().sum(),
         lowest: lowest.iter().copied().fold(0.0, f64::min),
-        rebases: 0,
     }
-}
-
-/// [`moments`] about the maximum of the unmarked entries, found in the same pass: in
-/// spans ([`span_len`](crate::mass::span_len)), each span's maximum read first, its
-/// moments taken about the running maximum and the moments so far moved by
-/// [`Moments::rebase`] when it rises. Returns the maximum (`-inf` if none), the moments
-/// about it, and whether the row may hold a NaN or a `+inf` (as
-/// [`Online`](crate::mass::Online)).
-#[inline(always)]
-pub(crate) fn online_moments<T: Logit>(row: &[T], marks: Option<&[u32]>) -> (f32, Moments, bool) {
-    match marks {
-        None => online_moments_with::<T, false>(row, &[]),
-        Some(marks) => online_moments_with::<T, true>(row, marks),
-    }
-}
-
-#[inline(always)]
-fn online_moments_with<T: Logit, const MARKS: bool>(
-    row: &[T],
-    marks: &[u32],
-) -> (f32, Moments, bool) {
-    let len = crate::mass::span_len(row.len());
-    let mut check = [0.0f32; LANES];
-    let mut max = f32::NEG_INFINITY;
-    let mut m = Moments {
-        count: 0,
-        sum: 0.0,
-        sum_sq: 0.0,
-        lowest: 0.0,
-        rebases: 0,
-    };
-    for (i, span) in row.chunks(len).enumerate() {
-        let mk = if MARKS { &marks[i * len / 32..] } else { marks };
-        let top = crate::mass::span_max::<T, MARKS>(span, mk, &mut check);
-        if top > max {
-            if max > f32::NEG_INFINITY {
-                m.rebase(max, top);
-            }
-            max = top;
-        }
-        if max > f32::NEG_INFINITY {
-            m.join(&moments_with::<T, MARKS>(span, mk, max));
-        }
-    }
-    let bad = check.iter().any(|&c| crate::adjust::not_finite_above(c));
-    (max, m, bad)
 }
 
 #[cfg(test)]
@@ -483,9 +392,11 @@ mod tests {
             .filter(|&i| !marks.is_some_and(|m| is_marked(m, i)))
             .map(|i| v[i])
             .fold(f32::NEG_INFINITY, f32::max);
+        let portable =
+            |r: &[T], m: Option<&[u32]>, c: &mut [f32; LANES]| crate::mass::span_max_of(r, m, c);
         for (m, e, bad) in [
-            online_entropy(row, marks),
-            online_entropy_in::<T, true>(row, marks),
+            online_entropy(row, marks, portable, entropy::<T>),
+            online_entropy(row, marks, portable, entropy_in::<T, true>),
         ] {
             assert!(!bad || v.iter().any(|l| l.abs() > 1e30));
             assert_eq!(m.to_bits(), max.to_bits());
@@ -504,22 +415,6 @@ mod tests {
                 e.s_err
             );
         }
-        let (m, mo, bad) = online_moments(row, marks);
-        assert!(!bad || v.iter().any(|l| l.abs() > 1e30));
-        assert_eq!(m.to_bits(), max.to_bits());
-        let finite: Vec<f64> = (0..n)
-            .filter(|&i| v[i].is_finite() && !marks.is_some_and(|m| is_marked(m, i)))
-            .map(|i| f64::from(v[i]) - f64::from(max))
-            .collect();
-        assert_eq!(mo.count, finite.len());
-        if finite.is_empty() {
-            return;
-        }
-        let (e1, e2) = mo.errors(n);
-        assert!((mo.sum - finite.iter().sum::<f64>()).abs() <= e1);
-        assert!((mo.sum_sq - finite.iter().map(|d| d * d).sum::<f64>()).abs() <= e2);
-        let lowest = finite.iter().copied().fold(0.0, f64::min);
-        assert!(mo.lowest <= lowest && mo.lowest >= lowest * (1.0 + 1e-12) - 1e-300);
     }
 
     #[test]
