@@ -132,14 +132,37 @@ impl ExactSum {
     /// `floor(self * u)` for `u` in `[0, 1)`, as an integer in the same units: the
     /// threshold that a running sum must exceed to pass `u` times this total.
     pub(crate) fn scaled_floor(&self, u: f64) -> ExactSum {
-        let mut out = ExactSum::new();
         if u.is_nan() || u <= 0.0 {
-            return out;
+            return ExactSum::new();
         }
         if u >= 1.0 {
             // Outside the draw's range: a threshold no running sum exceeds.
             return self.clone();
         }
+        self.scaled(u).0
+    }
+
+    /// `ceil(self * p)` for `p` in `[0, 1]`, as an integer in the same units: the least
+    /// running sum that reaches `p` times this total (`C >= p * T` exactly when
+    /// `C >= ceil(p * T)`, `C` being an integer). `p <= 0` or NaN gives zero, `p >= 1`
+    /// the total itself.
+    pub(crate) fn scaled_ceil(&self, p: f64) -> ExactSum {
+        if p.is_nan() || p <= 0.0 {
+            return ExactSum::new();
+        }
+        if p >= 1.0 {
+            return self.clone();
+        }
+        let (mut out, exact) = self.scaled(p);
+        if !exact {
+            out.carry_from(0);
+        }
+        out
+    }
+
+    /// `floor(self * u)` for `u` in `(0, 1)`, and whether no fraction was dropped.
+    fn scaled(&self, u: f64) -> (ExactSum, bool) {
+        let mut out = ExactSum::new();
         // u = m * 2^(shift - 1074), so self * u = self * m / 2^(1074 - shift).
         let (m, shift) = integer_of(u);
         let down = 1074 - shift;
@@ -162,7 +185,9 @@ impl ExactSum {
                 (lo >> off) | (hi << (64 - off))
             };
         }
-        out
+        let dropped = prod[..skip].iter().any(|&l| l != 0)
+            || (off != 0 && prod[skip] & ((1u64 << off) - 1) != 0);
+        (out, !dropped)
     }
 
     /// The 64 bits of the sum from bit `lo` up (zeros past the top).
@@ -266,6 +291,44 @@ where
         }
     }
     // Unreachable for u < 1: y <= u * total < total.
+    None
+}
+
+/// The exact top-p decision over `weights` (finite, non-negative, in draw order), for
+/// `p` in `(0, 1]`: the length of the shortest prefix whose exact running sum `C` has
+/// `C >= p * T`, with `T` the exact total of `weights`. `None` only when `weights` is
+/// empty.
+///
+/// Two passes over the weights, as [`exact_index`]; no sum is rounded.
+pub(crate) fn exact_prefix<I>(weights: I, p: f64) -> Option<usize>
+where
+    I: Iterator<Item = f64> + Clone,
+{
+    let mut total = ExactSum::new();
+    for w in weights.clone() {
+        total.add(w);
+    }
+    prefix_reaching(weights, &ExactSum::new(), &total.scaled_ceil(p))
+}
+
+/// The length of the shortest prefix of `weights` whose exact running sum, starting from
+/// `start`, reaches `threshold` (a [`scaled_ceil`](ExactSum::scaled_ceil)); `None` when
+/// the whole of `weights` falls short.
+pub(crate) fn prefix_reaching<I>(
+    weights: I,
+    start: &ExactSum,
+    threshold: &ExactSum,
+) -> Option<usize>
+where
+    I: Iterator<Item = f64>,
+{
+    let mut cum = start.clone();
+    for (i, w) in weights.enumerate() {
+        cum.add(w);
+        if cum >= *threshold {
+            return Some(i + 1);
+        }
+    }
     None
 }
 
@@ -397,6 +460,83 @@ mod tests {
                 prop_assert!(ws[i].1 > 0);
             }
         }
+    }
+
+    /// `v` units of `2^-40` (below `2^96`), added exactly in 32-bit pieces.
+    fn from_units40(v: u128) -> ExactSum {
+        let mut s = ExactSum::new();
+        for k in 0..3i32 {
+            let piece = ((v >> (32 * k)) & 0xffff_ffff) as f64;
+            s.add(piece * 2f64.powi(32 * k - 40));
+        }
+        s
+    }
+
+    proptest! {
+        #[test]
+        fn prefix_matches_rational_decision(
+            ws in prop::collection::vec(dyadic(), 1..40),
+            num in 1u64..=1 << 30,
+            hit in any::<prop::sample::Index>(),
+            aim in any::<bool>(),
+        ) {
+            // Half the time, p * T lands exactly on a running sum: small integer weights,
+            // and p = C_j / T when that is dyadic with at most 30 bits.
+            let ws: Vec<(f64, u128)> = if aim {
+                ws.iter().map(|w| ((w.1 % 4) as f64, (w.1 % 4) << 40)).collect()
+            } else {
+                ws
+            };
+            let total: u128 = ws.iter().map(|w| w.1).sum();
+            let mut num = num;
+            if aim && total > 0 {
+                let j = hit.index(ws.len());
+                let c: u128 = ws[..=j].iter().map(|w| w.1).sum();
+                if (c << 30).is_multiple_of(total) && c > 0 {
+                    num = ((c << 30) / total) as u64;
+                }
+            }
+            // p = num / 2^30 and weights in units of 2^-40: C >= p * T  <=>  C * 2^30 >= num * T.
+            let p = num as f64 / 2f64.powi(30);
+            let got = exact_prefix(ws.iter().map(|w| w.0), p);
+            let mut c = 0u128;
+            let want = ws.iter().position(|w| {
+                c += w.1;
+                (c << 30) >= u128::from(num) * total
+            });
+            prop_assert_eq!(got, want.map(|i| i + 1));
+            // The ceiling is exact: one unit less, and the first crossing moves on (or
+            // stays, when a zero weight or a jump does not separate them).
+            let mut t = ExactSum::new();
+            ws.iter().for_each(|w| t.add(w.0));
+            let thr = t.scaled_ceil(p);
+            let want_thr = (u128::from(num) * total).div_ceil(1 << 30);
+            // In units of 2^-40: the threshold must be a whole number of them or sit
+            // strictly between (units below 2^-40 are then nonzero).
+            prop_assert!(thr <= from_units40(want_thr));
+            if want_thr > 0 {
+                prop_assert!(thr > from_units40(want_thr - 1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_target_on_a_running_sum_is_reached_there() {
+        // Weights 1, 1, 2 (T = 4): p = 1/2 puts p * T on the second running sum exactly.
+        assert_eq!(exact_prefix([1.0, 1.0, 2.0].into_iter(), 0.5), Some(2));
+        // Just above it, the third.
+        assert_eq!(
+            exact_prefix([1.0, 1.0, 2.0].into_iter(), 0.5 + f64::EPSILON),
+            Some(3)
+        );
+        assert_eq!(exact_prefix([1.0, 1.0, 2.0].into_iter(), 1.0), Some(3));
+        assert_eq!(exact_prefix([0.0, 0.0].into_iter(), 0.5), Some(1));
+        assert_eq!(exact_prefix(std::iter::empty(), 0.5), None);
+        // T = 2 + 2^-1074: p * T is half a unit above the first running sum, which
+        // falls short (an `f64` sum would say it reaches it); the second reaches it.
+        let tiny = f64::from_bits(1);
+        let ws = [1.0, tiny, 1.0];
+        assert_eq!(exact_prefix(ws.into_iter(), 0.5), Some(2));
     }
 
     #[test]
