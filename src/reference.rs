@@ -196,23 +196,23 @@ pub fn top_k(c: &[Candidate], k: usize, min_keep: usize) -> Vec<Candidate> {
     c[..k.max(min_keep).min(c.len())].to_vec()
 }
 
-/// Top-p: the shortest prefix whose weight reaches `p` times the total weight (sums in
-/// `f64`, in candidate order), and at least `min_keep` candidates. `p = 1` keeps all.
+/// Top-p: the shortest prefix whose weight reaches `p` times the total weight, and at
+/// least `min_keep` candidates. `p = 1` keeps all.
+///
+/// The decision is exact: the weights are the `f64` values [`Candidate::weight`], `p` is
+/// the decimal the `f32` was written as ([`as_decimal`](crate::as_decimal)), and the
+/// prefix is the shortest whose exact (real-number) running sum `C`, in candidate order,
+/// has `C >= p * T`, with `T` the exact total. No sum is rounded, so the cut does not
+/// depend on the order of any summation; the fast samplers cut there for every row.
 pub fn top_p(c: &[Candidate], p: f32, min_keep: usize) -> Vec<Candidate> {
     if p >= 1.0 {
         return c.to_vec();
     }
-    let total: f64 = c.iter().map(Candidate::weight).sum();
-    let target = crate::as_decimal(p) * total;
-    let mut cum = 0.0;
-    let mut n = c.len();
-    for (i, x) in c.iter().enumerate() {
-        cum += x.weight();
-        if cum >= target {
-            n = i + 1;
-            break;
-        }
-    }
+    let n = crate::kernels::exact_sum::exact_prefix(
+        c.iter().map(Candidate::weight),
+        crate::as_decimal(p),
+    )
+    .unwrap_or(c.len());
     c[..n.max(min_keep).min(c.len())].to_vec()
 }
 

@@ -370,3 +370,109 @@ fn a_penalty_overflow_on_a_masked_token_is_no_error_in_either_order() {
         Err(Error::InfiniteLogit { index: 1 })
     );
 }
+
+/// Fuzz target `tail_cut`: top-p 0.2 with `min_tokens_to_keep(3)` on a row of one token
+/// at `9.195258e-16`, nineteen at `2.938736e-39` (weight `w`, just below 1) and three at
+/// `-1e38` (weight 0). The running sum of four weights, `1 + 3w`, reaches `p` times the
+/// total `1 + 19w` by less than the rounding of `f64` sums near 4, and the reference and
+/// the chain summed in different orders: one kept five tokens, the other four. Top-p now
+/// cuts where the exact sums cross, in the reference, the `TopP` stage and the sampler.
+#[test]
+fn top_p_cuts_where_the_exact_running_sum_reaches_the_target() {
+    use logits::{reference, TopP};
+    let (a, b, z) = (2.938736e-39f32, 9.195258e-16f32, -1e38f32);
+    let row = [
+        a, a, a, a, a, a, a, a, a, b, a, z, z, a, a, z, a, a, a, a, a, a, a,
+    ];
+    let (p, keep) = (0.2f32, 3);
+    let c = reference::candidates(&row, 1.0).unwrap();
+
+    // The exact decision, in integers: the weights are 1 and w = W * 2^-53 (zero for
+    // the three), p = P * 2^-e; C_n >= p * T  <=>  C_n * 2^53 * 2^e >= P * T * 2^53.
+    let w = c[1].weight();
+    assert!(w < 1.0 && w > 0.5 && c[0].weight() == 1.0);
+    let big_w = (w * 2f64.powi(53)) as u128;
+    assert_eq!(big_w as f64 * 2f64.powi(-53), w);
+    let pd = logits::as_decimal(p);
+    let e = 55; // p in [1/8, 1/4): P < 2^53.
+    let big_p = (pd * 2f64.powi(e)) as u128;
+    assert_eq!(big_p as f64 * 2f64.powi(-e), pd);
+    let unit = 1u128 << 53;
+    let total = unit + 19 * big_w;
+    let exact_n = (1..=20u128)
+        .find(|&n| (unit + (n - 1) * big_w) << e >= big_p * total)
+        .unwrap() as usize;
+    let exact_n = exact_n.max(keep);
+    // (The `f64` sum in candidate order reaches the target one token later.)
+    let f64_n = {
+        let t: f64 = c.iter().map(|x| x.weight()).sum();
+        let mut cum = 0.0;
+        1 + c
+            .iter()
+            .position(|x| {
+                cum += x.weight();
+                cum >= pd * t
+            })
+            .unwrap()
+    };
+    assert_ne!(f64_n, exact_n);
+
+    let kept = reference::top_p(&c, p, keep);
+    assert_eq!(kept.len(), exact_n);
+    let ids: Vec<u32> = kept.iter().map(|x| x.id).collect();
+    assert_eq!(&ids[..2], &[9, 0]);
+
+    // Uniforms: the fuzz input's, and those on and next to each boundary of the kept
+    // distribution (its running sums over its total), and the extremes.
+    let kw: Vec<f64> = kept.iter().map(|x| x.weight()).collect();
+    let kt: f64 = kw.iter().sum();
+    let mut us = vec![0.9547466028694779, 0.0, 1.0 - f64::EPSILON / 2.0];
+    let mut cum = 0.0;
+    for &x in &kw[..kw.len() - 1] {
+        cum += x;
+        let q = cum / kt;
+        us.extend([
+            q,
+            q.next_down(),
+            q.next_up(),
+            q.next_down().next_down(),
+            q.next_up().next_up(),
+        ]);
+    }
+    let params = SamplingParams::builder()
+        .top_p(p)
+        .min_tokens_to_keep(keep)
+        .seed(2824747095978902676)
+        .logprobs(20)
+        .build()
+        .unwrap();
+    for u in us {
+        let want = reference::draw(&kept, u);
+        let mut chain = Chain::builder(row.len())
+            .stage(TopP::new(p).unwrap().min_keep(keep))
+            .draw()
+            .logprobs(20)
+            .build()
+            .unwrap();
+        let mut sampler = Sampler::new(params.clone(), row.len()).unwrap();
+        let from_chain = chain.sample_with_uniform(&row, None, u).unwrap();
+        let from_sampler = sampler.sample_with_uniform(&row, None, u).unwrap();
+        assert_eq!(from_chain.token, want, "chain, u = {u}");
+        assert_eq!(from_sampler.token, want, "sampler, u = {u}");
+        // Both report the kept set as their alternatives (with probability > 0).
+        for got in [&from_chain, &from_sampler] {
+            let alts: Vec<u32> = got
+                .alternatives()
+                .iter()
+                .filter(|x| x.logprob > f32::NEG_INFINITY)
+                .map(|x| x.token)
+                .collect();
+            assert_eq!(alts.len(), exact_n, "u = {u}: {alts:?}");
+        }
+    }
+    // The top uniform draws the last kept token.
+    assert_eq!(
+        reference::draw(&kept, 1.0 - f64::EPSILON / 2.0),
+        ids[exact_n - 1]
+    );
+}

@@ -24,6 +24,7 @@ use crate::element::Logit;
 use crate::error::Error;
 use crate::histogram::{Frame, BUCKETS, LAST};
 use crate::history::Sequence;
+use crate::kernels::exact_sum::{self, ExactSum};
 use crate::mask::TokenMask;
 use crate::params::SamplingParams;
 use crate::rng::DrawRng;
@@ -1614,6 +1615,7 @@ impl Engine {
         if top_p < 1.0 && keep <= NUCLEUS_MAX {
             let mut cap = keep.max(NUCLEUS);
             let mut mass = None;
+            let mut exact_thr = None;
             s.weight.clear();
             s.rest.clear();
             loop {
@@ -1667,13 +1669,21 @@ impl Engine {
                     (z, err + z * 1e-11)
                 });
                 let target = p_dec * z;
-                // The decision stands only if the error of `z` cannot move the target
-                // across either neighbouring cumulative sum.
-                let margin = (!precise).then_some(p_dec * err);
-                let n_p = match nucleus::crossing(&s.weight, 0.0, target, margin) {
-                    nucleus::Crossing::Undecided => return Ok(None),
-                    nucleus::Crossing::At(n) => Some(n),
-                    nucleus::Crossing::Short => None,
+                let n_p = if precise {
+                    // Exact sums decide: the row's exact total, once.
+                    let thr = exact_thr.get_or_insert_with(|| {
+                        let (z, _) = exact_row_mass(adj, &s.overlay, max, t, None);
+                        z.scaled_ceil(p_dec)
+                    });
+                    exact_sum::prefix_reaching(s.weight.iter().copied(), &ExactSum::new(), thr)
+                } else {
+                    // The decision stands only if the error of `z` and the rounding of the
+                    // sums cannot move the target across either neighbouring cumulative sum.
+                    match nucleus::crossing(&s.weight, 0.0, target, p_dec * err) {
+                        nucleus::Crossing::Undecided => return Ok(None),
+                        nucleus::Crossing::At(n) => Some(n),
+                        nucleus::Crossing::Short => None,
+                    }
                 };
                 if let Some(n_p) = n_p {
                     let mut n = n_p.max(keep).min(s.cand.len());
@@ -1775,10 +1785,20 @@ impl Engine {
                 err: err_of(0..BUCKETS),
             }));
         }
-        let b_p = if top_p < 1.0 {
-            histogram::mass_bucket(&s.hist_mass[..BUCKETS], p_dec * z).unwrap_or(LAST)
+        // The precise masses are within `slack` of the exact sums of the candidates'
+        // weights (the `f64` exp's error and the rounding of sums of at most a row's
+        // weights, twice over): the buckets from `lo_p` to `b_p` hold the exact crossing.
+        let slack = if precise {
+            let n = (adj.len() + ov.patch.len() + BUCKETS) as f64;
+            2.0 * ((n + 4.0) * f64::EPSILON + 1e-13) * z
         } else {
-            LAST
+            0.0
+        };
+        let (lo_p, b_p) = if top_p < 1.0 {
+            let at = |x: f64| histogram::mass_bucket(&s.hist_mass[..BUCKETS], x).unwrap_or(LAST);
+            (at(p_dec * z - slack), at(p_dec * z + slack))
+        } else {
+            (LAST, LAST)
         };
         let (b_m_lo, b_m_hi) = if ln_min.is_some() {
             (key_thr.saturating_sub(1), (key_thr + 1).min(LAST))
@@ -1798,7 +1818,7 @@ impl Engine {
                 return Ok(Some(Survivors::Prefix { n, total }));
             }
         };
-        let lo = b_p.min(b_m_lo);
+        let lo = lo_p.min(b_m_lo);
         let hi = b_k.max(b_p.min(b_m_hi));
         let err_before = err_of(0..lo);
         let err_total = if top_p < 1.0 { err_of(0..BUCKETS) } else { 0.0 };
@@ -1809,14 +1829,21 @@ impl Engine {
         let len = s.cand.len();
         let mut n = usize::MAX;
         if top_p < 1.0 {
-            let target = p_dec * z;
-            // The decision stands if neither the fast masses nor the fast total can
-            // move the target across either neighbouring cumulative sum.
-            let margin = (!precise).then_some(err_before + p_dec * err_total);
-            let n_p = match nucleus::crossing(&s.weight, cum_before, target, margin) {
-                nucleus::Crossing::At(n) => n,
-                nucleus::Crossing::Short if precise => len,
-                nucleus::Crossing::Short | nucleus::Crossing::Undecided => return Ok(None),
+            let n_p = if precise {
+                // Exact sums decide: the row's total and the weight before bucket `lo`.
+                let (z, head) = exact_row_mass(adj, ov, max, t, Some((f, lo)));
+                let thr = z.scaled_ceil(p_dec);
+                exact_sum::prefix_reaching(s.weight.iter().copied(), &head, &thr).unwrap_or(len)
+            } else {
+                let target = p_dec * z;
+                // The decision stands if neither the fast masses nor the fast total nor
+                // the rounding of the sums can move the target across either
+                // neighbouring cumulative sum.
+                let margin = err_before + p_dec * err_total;
+                match nucleus::crossing(&s.weight, cum_before, target, margin) {
+                    nucleus::Crossing::At(n) => n,
+                    nucleus::Crossing::Short | nucleus::Crossing::Undecided => return Ok(None),
+                }
             };
             n = n.min((before + n_p).max(keep));
         }
@@ -2217,6 +2244,42 @@ fn scaled(l: f32, max: f32, t: f32) -> f64 {
 fn fill_weights(cand: &[(f32, TokenId)], max: f32, t: f32, weight: &mut Vec<f64>) {
     weight.clear();
     weight.extend(cand.iter().map(|&(l, _)| scaled(l, max, t).exp()));
+}
+
+/// Top-p's exact sums for a decision the fast sums left open: the exact total of the
+/// weights `exp((l - max) / t)` of the adjusted row (its unmarked tokens, then the
+/// patches), the same `f64` weights the candidates have, and the exact weight of the
+/// tokens in histogram buckets below `before.1` (zero without `before`). A scalar pass,
+/// on the precise path only.
+fn exact_row_mass<U: Logit>(
+    adj: &[U],
+    ov: &adjust::Overlay,
+    max: f32,
+    t: f32,
+    before: Option<(Frame, usize)>,
+) -> (ExactSum, ExactSum) {
+    let (mut total, mut head) = (ExactSum::new(), ExactSum::new());
+    let mut add = |l: f32| {
+        if l > f32::NEG_INFINITY {
+            let w = scaled(l, max, t).exp();
+            total.add(w);
+            if let Some((f, lo)) = before {
+                if (histogram::key(l, f) as usize) < lo {
+                    head.add(w);
+                }
+            }
+        }
+    };
+    let marks = ov.marked();
+    for (i, x) in adj.iter().enumerate() {
+        if !marks.is_some_and(|m| adjust::is_marked(m, i)) {
+            add(x.to_f32());
+        }
+    }
+    for &(_, l) in &ov.patch {
+        add(l);
+    }
+    (total, head)
 }
 
 /// The adjusted row as `f32` into `out` (only for a top-k larger than the one-pass
