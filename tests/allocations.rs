@@ -1,7 +1,6 @@
 //! Once warm, sampling allocates nothing: counted with a global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use logits::{
@@ -15,18 +14,25 @@ use logits::{
 
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
 thread_local! {
     /// Only the test's own thread is counted: the test harness's threads may allocate
     /// at any time (progress messages, timers).
     static COUNTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread's counted allocations. Per thread, so that the harness's allocations
+    /// after another test returns (on that test's thread, still counting) never reach
+    /// this one's figure.
+    static ALLOCATIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 fn count() {
     if COUNTED.try_with(|c| c.get()).unwrap_or(false) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
     }
+}
+
+/// The allocations counted on this thread so far.
+fn allocations() -> usize {
+    ALLOCATIONS.with(|n| n.get())
 }
 
 // The counting allocator forwards to the system allocator and only counts calls.
@@ -50,7 +56,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// The counter is global, so the test functions take turns: each holds this lock.
+/// Each test function holds this lock, so that they run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
@@ -91,7 +97,7 @@ fn allocations_while_sampling(params: SamplingParams, mask: Option<&TokenMask>) 
         };
         s.sample(&r16).unwrap();
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..20 {
         let out = match mask {
             Some(m) => s.sample_masked(&r, m).unwrap(),
@@ -100,7 +106,7 @@ fn allocations_while_sampling(params: SamplingParams, mask: Option<&TokenMask>) 
         assert!((out.token as usize) < V);
         s.sample(&r16).unwrap();
     }
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    allocations() - before
 }
 
 // The counter is global, so the cases run one after another, and under `serial`.
@@ -255,11 +261,11 @@ fn warm_sampler_does_not_allocate() {
         for _ in 0..3 {
             chain.sample(&r).unwrap();
         }
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         for _ in 0..10 {
             chain.sample(&r).unwrap();
         }
-        assert_eq!(ALLOCATIONS.load(Ordering::Relaxed) - before, 0, "{name}");
+        assert_eq!(allocations() - before, 0, "{name}");
     }
 }
 
@@ -277,7 +283,7 @@ fn allocations_while_chaining(mut chain: Chain, mask: Option<&TokenMask>) -> usi
         };
         chain.sample(&r16).unwrap();
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..20 {
         let out = match mask {
             Some(m) => chain.sample_masked(&r, m).unwrap(),
@@ -286,7 +292,7 @@ fn allocations_while_chaining(mut chain: Chain, mask: Option<&TokenMask>) -> usi
         assert!((out.token as usize) < V);
         chain.sample(&r16).unwrap();
     }
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    allocations() - before
 }
 
 fn chain(stages: Vec<Box<dyn Stage>>) -> Chain {
@@ -426,7 +432,7 @@ fn warm_probabilities_do_not_allocate() {
             ),
         ];
         for round in 0..3 {
-            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            let before = allocations();
             for (_, s) in &mut samplers {
                 s.probabilities(&r, mask, &mut out).unwrap();
                 s.probabilities(&r16, mask, &mut out).unwrap();
@@ -439,7 +445,7 @@ fn warm_probabilities_do_not_allocate() {
                 c.logprobs_into(&r16, mask, LogprobKind::Processed, &mut out)
                     .unwrap();
             }
-            let n = ALLOCATIONS.load(Ordering::Relaxed) - before;
+            let n = allocations() - before;
             if round > 0 && n != 0 {
                 failures.push(format!("{mask_name} round {round}: {n}"));
             }
@@ -508,7 +514,7 @@ fn warm_verifier_does_not_allocate() {
     llama.reserve(1000).unwrap();
     let mut failures = Vec::new();
     for round in 0..3 {
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         for spec in &specs {
             for s in &mut samplers {
                 let out = verifier.verify(s, spec).unwrap();
@@ -517,7 +523,7 @@ fn warm_verifier_does_not_allocate() {
             let out = verifier.verify(&mut llama, spec).unwrap();
             llama.rollback(out.emitted());
         }
-        let n = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let n = allocations() - before;
         if round > 0 && n != 0 {
             failures.push(format!("round {round}: {n}"));
         }
@@ -547,16 +553,16 @@ fn reserve_sizes_every_stage() {
         c.sample(&r).unwrap();
         s.sample(&r).unwrap();
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..30 {
         c.sample(&r).unwrap();
     }
-    let chained = ALLOCATIONS.load(Ordering::Relaxed) - before;
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let chained = allocations() - before;
+    let before = allocations();
     for _ in 0..30 {
         s.sample(&r).unwrap();
     }
-    let sampled = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let sampled = allocations() - before;
     assert_eq!((chained, sampled), (0, 0), "allocations (chain, sampler)");
 }
 
@@ -583,7 +589,7 @@ fn warm_bans_set_params_and_forks_do_not_allocate() {
         s.sample_banned(&r, Some(&mask), &banned).unwrap();
     }
     COUNTED.with(|c| c.set(true));
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..10 {
         let out = s.sample_banned(&r, None, &banned).unwrap();
         assert!(!banned.contains(&out.token));
@@ -595,7 +601,7 @@ fn warm_bans_set_params_and_forks_do_not_allocate() {
     for _ in 0..10 {
         s.sample_banned(&r, None, &banned).unwrap();
     }
-    let warm = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let warm = allocations() - before;
     COUNTED.with(|c| c.set(false));
     assert_eq!(warm, 0, "warm bans and set_params allocated");
 
@@ -608,12 +614,12 @@ fn warm_bans_set_params_and_forks_do_not_allocate() {
         f.sample(&r).unwrap();
     }
     COUNTED.with(|c| c.set(true));
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..10 {
         f.sample_banned(&r, None, &banned).unwrap();
         f.sample(&r).unwrap();
     }
-    let forked = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let forked = allocations() - before;
     COUNTED.with(|c| c.set(false));
     assert_eq!(forked, 0, "a warm fork allocated");
 }
