@@ -623,3 +623,68 @@ fn warm_bans_set_params_and_forks_do_not_allocate() {
     COUNTED.with(|c| c.set(false));
     assert_eq!(forked, 0, "a warm fork allocated");
 }
+
+/// A flat row: uniform in `[-1, 1]`, so that min-p 0.05 keeps every token.
+fn flat_row() -> Vec<f32> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..V)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Allocations during 20 draws after two warm-up draws.
+fn counted(mut step: impl FnMut()) -> usize {
+    let _g = serial();
+    step();
+    step();
+    let before = allocations();
+    COUNTED.with(|c| c.set(true));
+    for _ in 0..20 {
+        step();
+    }
+    COUNTED.with(|c| c.set(false));
+    allocations() - before
+}
+
+/// Min-p on a flat row (thousands of survivors, drawn without sorting them), in the
+/// Sampler and in a chain `min-p -> T`, with and without a mask.
+#[test]
+fn warm_flat_min_p_does_not_allocate() {
+    let row = flat_row();
+    let mut mask = TokenMask::new_empty(V);
+    for id in (0..V as u32).filter(|id| id % 3 != 0) {
+        mask.allow(id).unwrap();
+    }
+    for mask in [None, Some(&mask)] {
+        let params = SamplingParams::builder()
+            .min_p(0.05)
+            .logit_bias(7, 0.5)
+            .build()
+            .unwrap();
+        let mut s = Sampler::new(params, V).unwrap();
+        let mut u = 0.0;
+        let n = counted(|| {
+            u = (u + 0.377) % 1.0;
+            s.sample_with_uniform(&row, mask, u).unwrap();
+            s.rollback(1);
+        });
+        assert_eq!(n, 0, "sampler, mask {}", mask.is_some());
+        let mut c = Chain::builder(V)
+            .stage(MinP::new(0.05).unwrap())
+            .stage(Temperature::new(0.8).unwrap())
+            .draw()
+            .build()
+            .unwrap();
+        let n = counted(|| {
+            u = (u + 0.377) % 1.0;
+            c.sample_with_uniform(&row, mask, u).unwrap();
+            c.reset();
+        });
+        assert_eq!(n, 0, "chain, mask {}", mask.is_some());
+    }
+}
