@@ -5,15 +5,16 @@
 //! rounding of a running sum or of the total would move the token.
 
 use logits::half::{bf16, f16};
-use logits::reference::{self, Candidate, Step};
+use logits::reference::{self, Step};
 use logits::{
     Chain, History, Logit, MinP, Sampler, SamplingParams, Stage, Temperature, TokenId, TokenMask,
     TopK, TopP,
 };
 use proptest::prelude::*;
 
-/// The largest uniform below 1.
-const TOP: f64 = 1.0 - f64::EPSILON / 2.0;
+mod mix;
+
+use mix::boundaries::{boundary_uniforms, TOP};
 
 #[test]
 fn issue_example_agrees_with_reference() {
@@ -117,52 +118,6 @@ fn chain(steps: &[Step], n: usize) -> Chain {
     b.draw().build().unwrap()
 }
 
-/// Position in `c` of the reference's token for `u`.
-fn index(c: &[Candidate], u: f64) -> usize {
-    let id = reference::draw(c, u);
-    c.iter().position(|x| x.id == id).unwrap()
-}
-
-/// `u` moved by `k` ulps (within `[0, TOP]`).
-fn step_ulps(u: f64, k: i64) -> f64 {
-    let b = (u.to_bits() as i64 + k).max(0) as u64;
-    f64::from_bits(b).min(TOP)
-}
-
-/// The uniforms on and next to the cumulative boundaries of `c`: for each survivor `b`
-/// (all of them, or `limit` spread over them), the smallest `f64` whose exact draw lies
-/// past `b` (found by bisection around `C_b / T` in `f64`), and the two `f64`s on either
-/// side of it; and 0 and the largest uniform below 1.
-fn boundary_uniforms(c: &[Candidate], limit: usize) -> Vec<f64> {
-    let total: f64 = c.iter().map(Candidate::weight).sum();
-    let mut out = vec![0.0, f64::from_bits(1), TOP, step_ulps(TOP, -1)];
-    let mut cum = 0.0;
-    let stride = c.len().div_ceil(limit).max(1);
-    for (b, x) in c.iter().enumerate() {
-        cum += x.weight();
-        if b + 1 == c.len() || b % stride != 0 {
-            continue;
-        }
-        let u0 = (cum / total).min(TOP);
-        let (mut lo, mut hi) = (step_ulps(u0, -256), step_ulps(u0, 256));
-        let mut at = u0;
-        if index(c, lo) <= b && index(c, hi) > b {
-            // Invariant: index(lo) <= b < index(hi).
-            while hi.to_bits() - lo.to_bits() > 1 {
-                let mid = f64::from_bits(lo.to_bits() + (hi.to_bits() - lo.to_bits()) / 2);
-                if index(c, mid) > b {
-                    hi = mid;
-                } else {
-                    lo = mid;
-                }
-            }
-            at = hi;
-        }
-        out.extend((-2..=2).map(|k| step_ulps(at, k)));
-    }
-    out
-}
-
 /// Sampler, the planned chain, the chain in the generic order, and the reference, on
 /// `row` (the reference on its `f32` values) at every boundary uniform.
 fn check<T: Logit>(
@@ -178,7 +133,7 @@ fn check<T: Logit>(
     let adjusted = reference::adjust(exact, n, &params, &history, mask).unwrap();
     let survivors = reference::survivors(&adjusted, &params).unwrap();
     let mut sampler = Sampler::new(params.clone(), n).unwrap();
-    for u in boundary_uniforms(&survivors, limit) {
+    for u in boundary_uniforms(&survivors, limit, 2) {
         let want = reference::draw(&survivors, u);
         let got = sampler.sample_with_uniform(row, mask, u).unwrap().token;
         prop_assert_eq!(got, want, "sampler, u {:e} ({:?})", u, cuts);
@@ -188,7 +143,7 @@ fn check<T: Logit>(
         let state = reference::chain_candidates(exact, n, &history, mask, &steps).unwrap();
         let c = state.scaled();
         let mut ch = chain(&steps, n);
-        for u in boundary_uniforms(&c, limit) {
+        for u in boundary_uniforms(&c, limit, 2) {
             let (want, _) = reference::chain_sample(exact, n, &history, mask, &steps, u).unwrap();
             prop_assert_eq!(want, reference::draw(&c, u));
             let got = ch.sample_with_uniform(row, mask, u).unwrap().token;

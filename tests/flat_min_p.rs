@@ -11,31 +11,10 @@ use logits::reference::{self, Candidate, Step};
 use logits::{Chain, History, Logit, MinP, Sampler, SamplingParams, Temperature, TokenMask};
 use proptest::prelude::*;
 
-/// The largest uniform below 1.
-const TOP: f64 = 1.0 - f64::EPSILON / 2.0;
+mod mix;
 
-/// A small deterministic generator (splitmix64).
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// A standard normal (Box-Muller).
-    fn normal(&mut self) -> f64 {
-        let (a, b) = (self.unit().max(1e-300), self.unit());
-        (-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()
-    }
-}
+use mix::boundaries::{boundary_uniforms, TOP};
+use mix::Mix;
 
 /// One case: a flat row and the parameters around min-p.
 #[derive(Clone, Debug)]
@@ -145,48 +124,11 @@ impl Case {
     }
 }
 
-/// `u` moved by `k` ulps (within `[0, TOP]`).
-fn step_ulps(u: f64, k: i64) -> f64 {
-    let b = (u.to_bits() as i64 + k).max(0) as u64;
-    f64::from_bits(b).min(TOP)
-}
-
-/// Position in `c` of the reference's token for `u`.
-fn index(c: &[Candidate], u: f64) -> usize {
-    let id = reference::draw(c, u);
-    c.iter().position(|x| x.id == id).unwrap()
-}
-
-/// The uniforms on and next to `limit` cumulative boundaries spread over `c` (the
-/// smallest `f64` whose exact draw lies past the boundary, found by bisection, and its
-/// neighbours), some at random, and 0 and the largest uniform below 1.
-fn boundary_uniforms(c: &[Candidate], limit: usize, r: &mut Mix) -> Vec<f64> {
-    let total: f64 = c.iter().map(Candidate::weight).sum();
-    let mut out = vec![0.0, f64::from_bits(1), TOP, step_ulps(TOP, -1)];
+/// The uniforms on and next to `limit` cumulative boundaries spread over `c`, and 8 at
+/// random.
+fn uniforms(c: &[Candidate], limit: usize, r: &mut Mix) -> Vec<f64> {
+    let mut out = boundary_uniforms(c, limit, 1);
     out.extend((0..8).map(|_| r.unit().min(TOP)));
-    let stride = c.len().div_ceil(limit).max(1);
-    let mut cum = 0.0;
-    for (b, x) in c.iter().enumerate() {
-        cum += x.weight();
-        if b + 1 == c.len() || b % stride != 0 {
-            continue;
-        }
-        let u0 = (cum / total).min(TOP);
-        let (mut lo, mut hi) = (step_ulps(u0, -256), step_ulps(u0, 256));
-        let mut at = u0;
-        if index(c, lo) <= b && index(c, hi) > b {
-            while hi.to_bits() - lo.to_bits() > 1 {
-                let mid = f64::from_bits(lo.to_bits() + (hi.to_bits() - lo.to_bits()) / 2);
-                if index(c, mid) > b {
-                    hi = mid;
-                } else {
-                    lo = mid;
-                }
-            }
-            at = hi;
-        }
-        out.extend((-1..=1).map(|k| step_ulps(at, k)));
-    }
     out
 }
 
@@ -204,7 +146,7 @@ fn check<T: Logit>(case: &Case, row: &[T], exact: &[f32]) -> Result<(), TestCase
         prop_assert!(survivors.len() > 4_096, "{} survivors", survivors.len());
     }
     let mut r = Mix(case.seed ^ 0xd1ce);
-    let uniforms = boundary_uniforms(&survivors, 24, &mut r);
+    let at = uniforms(&survivors, 24, &mut r);
 
     let mut sampler = Sampler::new(params.clone(), n).unwrap();
     sampler.push_prompt(&prompt).unwrap();
@@ -224,7 +166,7 @@ fn check<T: Logit>(case: &Case, row: &[T], exact: &[f32]) -> Result<(), TestCase
             want
         );
     }
-    for &u in &uniforms {
+    for &u in &at {
         let (want, lp) = reference::sample(exact, n, &params, &history, mask, u).unwrap();
         let got = sampler.sample_with_uniform(row, mask, u).unwrap();
         sampler.rollback(1);
@@ -256,7 +198,7 @@ fn check<T: Logit>(case: &Case, row: &[T], exact: &[f32]) -> Result<(), TestCase
         .draw()
         .build()
         .unwrap();
-    for u in boundary_uniforms(&c, 24, &mut r) {
+    for u in uniforms(&c, 24, &mut r) {
         let (want, _) = reference::chain_sample(exact, n, &none, mask, &steps, u).unwrap();
         let got = ch.sample_with_uniform(row, mask, u).unwrap().token;
         ch.reset();

@@ -2,6 +2,7 @@
 //! the same on every platform and in every run.
 #![allow(dead_code)]
 
+pub mod boundaries;
 pub mod machine;
 pub mod opaque;
 pub mod rows;
