@@ -65,15 +65,23 @@ fn serial() -> MutexGuard<'static, ()> {
 
 const V: usize = 151_936;
 
+/// `V` deterministic uniforms in `[0, 1)` (xorshift64, 24 bits each).
+fn units() -> impl Iterator<Item = f32> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..V).map(move |_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 40) as f32 / (1u64 << 24) as f32
+    })
+}
+
 /// A deterministic peaked row: a few dozen plausible tokens above a background.
 fn row() -> Vec<f32> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..V)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let noise = (x >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0;
+    units()
+        .enumerate()
+        .map(|(i, u)| {
+            let noise = u * 4.0 - 2.0;
             if i % 5003 == 0 {
                 12.0 + noise
             } else {
@@ -626,15 +634,7 @@ fn warm_bans_set_params_and_forks_do_not_allocate() {
 
 /// A flat row: uniform in `[-1, 1]`, so that min-p 0.05 keeps every token.
 fn flat_row() -> Vec<f32> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..V)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
+    units().map(|u| u * 2.0 - 1.0).collect()
 }
 
 /// Allocations during 20 draws after two warm-up draws.
