@@ -1331,6 +1331,37 @@ impl Engine {
             } else {
                 weigh_flat(s, frame.max, t, floor)
             }),
+            Survivors::Hist { lo, n, frame, .. }
+                if s.hist_second == Some(t) && lo <= histogram::LAST =>
+            {
+                // The cut's pass weighed every token at `t` too, in the cut's buckets:
+                // the survivors stay those buckets before `lo` and `cand[..n]`, and the
+                // draw walks the second masses. (Not through the last bucket, whose
+                // weights at `t` the bound does not cover when `t` is the higher.)
+                let slots = s.hist_mass.len();
+                s.hist_mass.copy_from_slice(&s.hist_mass2[..slots]);
+                s.hist_second = None;
+                fill_weights(&s.cand[..n], frame.max, t, &mut s.weight);
+                let g = Frame::new(frame.max, t);
+                let scale = f64::from(self.params.temperature()) / f64::from(t) * (1.0 + 1e-12);
+                let err = if precise {
+                    0.0
+                } else {
+                    (0..lo)
+                        .map(|b| {
+                            histogram::error_bound_at(b, s.hist_count[b], s.hist_mass[b], g, scale)
+                        })
+                        .sum()
+                };
+                let total = s.hist_mass[..lo].iter().sum::<f64>() + s.weight.iter().sum::<f64>();
+                Some(Survivors::Hist {
+                    lo,
+                    n,
+                    total,
+                    frame,
+                    err,
+                })
+            }
             Survivors::Hist { lo, n, frame, .. } => {
                 let last = if n > 0 {
                     s.cand[n - 1]
@@ -1351,6 +1382,7 @@ impl Engine {
                     precise,
                     &mut s.hist_count,
                     &mut s.hist_mass,
+                    None,
                 );
                 crate::simd::collect(adj, &s.overlay, f, k, k, usize::MAX, &mut s.cand);
                 let end = s
@@ -1492,7 +1524,9 @@ impl Engine {
                                 inv_total: 1.0 / total,
                             }
                         };
-                        crate::simd::fill(adj, &s.overlay, frame, lo, fill, none, out);
+                        // (Weighed at the draw's temperature, in the cut's buckets.)
+                        let frames = (frame, Frame::new(frame.max, t));
+                        crate::simd::fill(adj, &s.overlay, frames, lo, fill, none, out);
                     }
                     Some(ids) => {
                         // A compact row (at most `SPARSE_MAX` tokens, no overlay).
@@ -1521,6 +1555,7 @@ impl Engine {
     fn cut<U: Logit>(&mut self, adj: &[U], precise: bool) -> Result<Option<Survivors>, Error> {
         let (floor_ln, p_dec) = (self.floor_ln, self.top_p);
         let t_draw = self.draw_temperature();
+        let second_t = self.draw_temperature;
         let p = &self.params;
         let keep = p.min_tokens_to_keep();
         let s = &mut self.scratch;
@@ -1758,6 +1793,13 @@ impl Engine {
         } else {
             (key_thr + 1).min(LAST)
         };
+        // A draw at another temperature than the cut's (a temperature stage after it):
+        // the same pass weighs every token at the draw's temperature too, in the same
+        // buckets, so that [`Engine::reframe`] needs no second pass over the row.
+        s.hist_second = second_t.filter(|&t2| t2 != t && histogram::f32_weights_hold(t2));
+        let second = s
+            .hist_second
+            .map(|t2| (Frame::new(max, t2), &mut s.hist_mass2[..]));
         crate::simd::build(
             adj,
             ov,
@@ -1766,6 +1808,7 @@ impl Engine {
             precise,
             &mut s.hist_count,
             &mut s.hist_mass,
+            second,
         );
         let z: f64 = s.hist_mass.iter().sum();
         let err_of = |range: std::ops::Range<usize>| -> f64 {
@@ -2041,7 +2084,7 @@ fn softmax_in<T: Logit>(
     if log {
         let f = Frame::new(max, t);
         let fill = histogram::Fill::Log { ln_total: z.ln() };
-        crate::simd::fill(row, ov, f, BUCKETS, fill, f32::NEG_INFINITY, out);
+        crate::simd::fill(row, ov, (f, f), BUCKETS, fill, f32::NEG_INFINITY, out);
     } else {
         // Each span's weights, relative to its running maximum, times
         // `exp((used - max) / T) / Z` rounded once to `f32` (as `1 / Z` was).

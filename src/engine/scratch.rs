@@ -40,6 +40,11 @@ pub(crate) struct Scratch {
     /// Histogram: count and mass per bucket.
     pub(crate) hist_count: Vec<u32>,
     pub(crate) hist_mass: Vec<f64>,
+    /// The same buckets' masses at the draw's temperature (the first `SLOTS` entries,
+    /// the rest the pass's scratch), when the last histogram pass filled them too
+    /// (`hist_second` is that temperature; see `Engine::reframe`).
+    pub(crate) hist_mass2: Vec<f64>,
+    pub(crate) hist_second: Option<f32>,
     /// Packed candidate keys for the buffered top-k selection.
     pub(crate) keys: Vec<u64>,
     /// The entries that selection samples (one per block) for its starting threshold.
@@ -76,6 +81,8 @@ impl Scratch {
             spare: Vec::new(),
             hist_count: vec![0; crate::histogram::SLOTS],
             hist_mass: vec![0.0; crate::histogram::SLOTS],
+            hist_mass2: vec![0.0; 2 * crate::histogram::SLOTS],
+            hist_second: None,
             keys: Vec::new(),
             rest: Vec::new(),
         };

@@ -162,10 +162,26 @@ pub(crate) fn bucket_of(s: f64) -> usize {
 /// its rounding and the `f64` sums below `1e-12` (`|e / T| <= 2^-24 |x|`, `|x| <= 87`).
 /// The last bucket's weights are below `e^-63` each (and `e^-87` for those clamped there).
 pub(crate) fn error_bound(b: usize, count: u32, mass: f64, f: Frame) -> f64 {
+    error_bound_at(b, count, mass, f, 1.0)
+}
+
+/// [`error_bound`] for the second masses of a [`build`] whose buckets are those of a
+/// frame at temperature `t_key`, weighed in frame `g` at temperature `t_g`, with
+/// `scale = t_key / t_g` (rounded up; 1 when the frames are the same): a token of
+/// bucket `b` lies within `(b + 1) / 64` nats of the maximum in the key's frame, so
+/// within `scale (b + 1) / 64` in `g`'s, and the bound follows as above. (The half
+/// bucket of slack in `b + 1` is far above the keys' `f32` roundings.) In the last
+/// bucket a weight in `g` is only bounded when `scale >= 1`; otherwise the bound is
+/// infinite, and every decision that needs it is taken with the precise weights.
+pub(crate) fn error_bound_at(b: usize, count: u32, mass: f64, g: Frame, scale: f64) -> f64 {
     if b == LAST {
-        f64::from(count) * 5e-28
+        if scale >= 1.0 {
+            f64::from(count) * 5e-28
+        } else {
+            f64::INFINITY
+        }
     } else {
-        let arg = f.steps * 5.97e-8 * (b as f64 + 1.0) / f64::from(PER_NAT);
+        let arg = g.steps * 5.97e-8 * scale * (b as f64 + 1.0) / f64::from(PER_NAT);
         mass * (F32_REL_ERROR + arg + 6e-8 * 6e-8 * 87.0 * 87.0 + 1.2e-7 * 6e-8 + 1e-12)
             + f64::from(count) * F32_ABS_ERROR
     }
@@ -179,7 +195,15 @@ pub(crate) fn error_bound(b: usize, count: u32, mass: f64, f: Frame) -> f64 {
 /// `f32` [`exp_neg_f32`] with the per-bucket error of [`error_bound`].
 ///
 /// Always inlined, so that [`simd::build`](crate::simd::build) can compile it for AVX2.
+///
+/// With `second = Some((g, mass2))`, the same pass also fills `mass2[..SLOTS]` with each
+/// bucket's weight in frame `g` (the same maximum, another temperature; `mass2` has
+/// `2 * SLOTS` entries, the rest scratch): the buckets stay those of `f`, so a chain
+/// whose draw runs at another temperature than its cut finds the draw's masses without
+/// a second pass. [`error_bound_at`] bounds their error, for every
+/// bucket but the last.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build<T: Logit>(
     row: &[T],
     overlay: &Overlay,
@@ -188,16 +212,49 @@ pub(crate) fn build<T: Logit>(
     precise: bool,
     count: &mut [u32],
     mass: &mut [f64],
+    second: Option<(Frame, &mut [f64])>,
 ) {
-    if precise {
-        build_with(row, overlay, f, limit, count, mass, |f, l| {
-            exp_neg(f.s64(l))
-        });
-    } else {
-        build_with(row, overlay, f, limit, count, mass, |f, l| {
-            f64::from(fast_weight(f, l))
-        });
+    match (precise, second) {
+        (true, None) => build_with::<T, false>(
+            row,
+            overlay,
+            (f, f),
+            limit,
+            count,
+            mass,
+            &mut [],
+            precise_weight,
+        ),
+        (false, None) => build_with::<T, false>(
+            row,
+            overlay,
+            (f, f),
+            limit,
+            count,
+            mass,
+            &mut [],
+            fast_weight64,
+        ),
+        (true, Some((g, m2))) => {
+            build_with::<T, true>(row, overlay, (f, g), limit, count, mass, m2, precise_weight)
+        }
+        (false, Some((g, m2))) => {
+            build_with::<T, true>(row, overlay, (f, g), limit, count, mass, m2, fast_weight64)
+        }
     }
+}
+
+/// The precise weight of `l` in frame `f`: the `f64` [`exp_neg`] of the `f64` scaled
+/// logit.
+#[inline(always)]
+fn precise_weight(f: Frame, l: f32) -> f64 {
+    exp_neg(f.s64(l))
+}
+
+/// [`fast_weight`], widened to `f64` for the sums.
+#[inline(always)]
+fn fast_weight64(f: Frame, l: f32) -> f64 {
+    f64::from(fast_weight(f, l))
 }
 
 /// The fast weight of logit `l` in frame `f`, whose error [`error_bound`] bounds.
@@ -218,23 +275,53 @@ pub(crate) fn fast_weight(f: Frame, l: f32) -> f32 {
     w + w * c
 }
 
+/// [`build`] with the weight function `weight`, and with `DUAL` the second masses
+/// `mass2` in frame `fg.1` (otherwise `mass2` is empty and untouched).
+///
+/// With `DUAL`, `mass2` has room for two masses per slot (`2 * SLOTS`): the pass adds
+/// each token's two weights to one pair of adjacent entries, one 16-byte update instead
+/// of two in separate arrays, and afterwards splits the pairs into `mass` and the first
+/// [`SLOTS`] entries of `mass2`. Each bucket's sums are the same, in the same order, as
+/// without the second masses.
 #[inline(always)]
-fn build_with<T: Logit>(
+#[allow(clippy::too_many_arguments)]
+fn build_with<T: Logit, const DUAL: bool>(
     row: &[T],
     overlay: &Overlay,
-    f: Frame,
+    fg: (Frame, Frame),
     limit: usize,
     count: &mut [u32],
     mass: &mut [f64],
+    mass2: &mut [f64],
     weight: impl Fn(Frame, f32) -> f64,
 ) {
+    let (f, g) = fg;
     let count: &mut [u32; SLOTS] = count.try_into().expect("histogram size");
     let mass: &mut [f64; SLOTS] = mass.try_into().expect("histogram size");
     count.iter_mut().for_each(|c| *c = 0);
     mass.iter_mut().for_each(|m| *m = 0.0);
+    let (pairs, _) = mass2.as_chunks_mut::<2>();
+    let pairs: &mut [[f64; 2]] = if DUAL {
+        let p: &mut [[f64; 2]; SLOTS] = pairs.try_into().expect("histogram size");
+        p.fill([0.0; 2]);
+        p
+    } else {
+        &mut []
+    };
     match overlay.marked() {
-        None => scatter::<T, false>(row, &[], f, limit, count, mass, &weight),
-        Some(marks) => scatter::<T, true>(row, marks, f, limit, count, mass, &weight),
+        None => scatter::<T, false, DUAL>(row, &[], fg, limit, count, mass, pairs, &weight),
+        Some(marks) => scatter::<T, true, DUAL>(row, marks, fg, limit, count, mass, pairs, &weight),
+    }
+    if DUAL {
+        // (Entry `b` of `mass2` is written after pair `b / 2 <= b` was read.)
+        for b in 0..SLOTS {
+            let [m, m2] = mass2[2 * b..2 * b + 2] else {
+                unreachable!()
+            };
+            mass[b] = m;
+            mass2[b] = m2;
+        }
+        mass2[BUCKETS..].fill(0.0);
     }
     count[BUCKETS..].fill(0);
     mass[BUCKETS..].fill(0.0);
@@ -245,22 +332,31 @@ fn build_with<T: Logit>(
         if k <= lim {
             count[k as usize] += 1;
             mass[k as usize] += weight(f, l);
+            if DUAL {
+                mass2[k as usize] += weight(g, l);
+            }
         }
     }
 }
 
 /// The pass of [`build_with`]: every unmarked token of a bucket `<= limit` adds to its
-/// bucket; the others go to their lane's spare slot past `BUCKETS`.
+/// bucket; the others go to their lane's spare slot past `BUCKETS`. With `DUAL`, the
+/// weights go to `pairs` instead (of length [`SLOTS`]), with the weight in frame `fg.1`
+/// beside each.
 #[inline(always)]
-fn scatter<T: Logit, const MARKS: bool>(
+#[allow(clippy::too_many_arguments)]
+fn scatter<T: Logit, const MARKS: bool, const DUAL: bool>(
     row: &[T],
     marks: &[u32],
-    f: Frame,
+    fg: (Frame, Frame),
     limit: usize,
     count: &mut [u32; SLOTS],
     mass: &mut [f64; SLOTS],
+    pairs: &mut [[f64; 2]],
     weight: &impl Fn(Frame, f32) -> f64,
 ) {
+    let (f, g) = fg;
+    assert!(!DUAL || pairs.len() == SLOTS, "histogram size");
     let lim = limit as u32;
     let blocks = row.chunks_exact(BLOCK);
     let rem_start = row.len() - blocks.remainder().len();
@@ -272,9 +368,13 @@ fn scatter<T: Logit, const MARKS: bool>(
             let v = load(c);
             let m = lane_marks_if::<MARKS>(marks, b * BLOCK + ci * LANES);
             let mut w = [0.0f64; LANES];
+            let mut w2 = [0.0f64; LANES];
             let mut k = [0u32; LANES];
             for j in 0..LANES {
                 w[j] = weight(f, v[j]);
+                if DUAL {
+                    w2[j] = weight(g, v[j]);
+                }
                 let kj = key(v[j], f);
                 // Tokens outside the histogram, and marked ones, go to their lane's
                 // spare slot past the last bucket, so the scatter below needs no branch
@@ -287,7 +387,13 @@ fn scatter<T: Logit, const MARKS: bool>(
             for j in 0..LANES {
                 let b = (k[j] as usize).min(SLOTS - 1);
                 count[b] += 1;
-                mass[b] += w[j];
+                if DUAL {
+                    let p = &mut pairs[b];
+                    p[0] += w[j];
+                    p[1] += w2[j];
+                } else {
+                    mass[b] += w[j];
+                }
             }
         }
     }
@@ -296,7 +402,13 @@ fn scatter<T: Logit, const MARKS: bool>(
         let k = key(l, f);
         if k <= lim && !(MARKS && is_marked(marks, rem_start + j)) {
             count[k as usize] += 1;
-            mass[k as usize] += weight(f, l);
+            if DUAL {
+                let p = &mut pairs[k as usize];
+                p[0] += weight(f, l);
+                p[1] += weight(g, l);
+            } else {
+                mass[k as usize] += weight(f, l);
+            }
         }
     }
 }
@@ -316,30 +428,33 @@ pub(crate) enum Fill {
 }
 
 /// Writes into `out[i]` the value `fill` gives token `i` of the adjusted row (`row`
-/// under `overlay`, whose maximum is `f.max`) when its key is below `lo`, and `none`
-/// for every other token (a key `>= lo`, `-inf`, or banned). One pass over the row and
-/// the patches, nothing sorted: the tokens of the buckets `>= lo` that survive are the
-/// caller's to write. `out.len()` is `row.len()`.
+/// under `overlay`, whose maximum is `f.max`) when its key in frame `f` is below `lo`,
+/// and `none` for every other token (a key `>= lo`, `-inf`, or banned). One pass over
+/// the row and the patches, nothing sorted: the tokens of the buckets `>= lo` that
+/// survive are the caller's to write. `out.len()` is `row.len()`.
+///
+/// `frames` is `(f, g)`: the buckets are `f`'s, the values are weighed in `g` (the same
+/// maximum; the draw's temperature where it differs from the cut's, else `g` is `f`).
 ///
 /// Always inlined, so that [`simd::fill`](crate::simd::fill) can compile it for AVX2.
 #[inline(always)]
 pub(crate) fn fill<T: Logit>(
     row: &[T],
     overlay: &Overlay,
-    f: Frame,
+    frames: (Frame, Frame),
     lo: usize,
     fill: Fill,
     none: f32,
     out: &mut [f32],
 ) {
     match fill {
-        Fill::Prob { inv_total } => fill_with(row, overlay, f, lo, none, out, |f, l| {
+        Fill::Prob { inv_total } => fill_with(row, overlay, frames, lo, none, out, |f, l| {
             (exp_neg(f.s64(l).min(0.0)) * inv_total) as f32
         }),
-        Fill::ProbFast { inv_total } => fill_with(row, overlay, f, lo, none, out, |f, l| {
+        Fill::ProbFast { inv_total } => fill_with(row, overlay, frames, lo, none, out, |f, l| {
             fast_weight(f, l) * inv_total
         }),
-        Fill::Log { ln_total } => fill_with(row, overlay, f, lo, none, out, |f, l| {
+        Fill::Log { ln_total } => fill_with(row, overlay, frames, lo, none, out, |f, l| {
             (f.s64(l) - ln_total) as f32
         }),
     }
@@ -349,21 +464,22 @@ pub(crate) fn fill<T: Logit>(
 fn fill_with<T: Logit>(
     row: &[T],
     overlay: &Overlay,
-    f: Frame,
+    frames: (Frame, Frame),
     lo: usize,
     none: f32,
     out: &mut [f32],
     value: impl Fn(Frame, f32) -> f32,
 ) {
     debug_assert_eq!(row.len(), out.len());
+    let (f, g) = frames;
     match overlay.marked() {
-        None => fill_lanes::<T, false>(row, &[], f, lo, none, out, &value),
-        Some(marks) => fill_lanes::<T, true>(row, marks, f, lo, none, out, &value),
+        None => fill_lanes::<T, false>(row, &[], frames, lo, none, out, &value),
+        Some(marks) => fill_lanes::<T, true>(row, marks, frames, lo, none, out, &value),
     }
     // The marked tokens were written `none`: the patched ones take their values.
     for &(id, l) in &overlay.patch {
         out[id as usize] = if (key(l, f) as usize) < lo {
-            value(f, l)
+            value(g, l)
         } else {
             none
         };
@@ -376,12 +492,13 @@ fn fill_with<T: Logit>(
 fn fill_lanes<T: Logit, const MARKS: bool>(
     row: &[T],
     marks: &[u32],
-    f: Frame,
+    frames: (Frame, Frame),
     lo: usize,
     none: f32,
     out: &mut [f32],
     value: &impl Fn(Frame, f32) -> f32,
 ) {
+    let (f, g) = frames;
     let lo = lo as u32;
     let chunks = row.chunks_exact(LANES);
     let rem_start = row.len() - chunks.remainder().len();
@@ -390,7 +507,7 @@ fn fill_lanes<T: Logit, const MARKS: bool>(
         let v = load(c);
         let m = lane_marks_if::<MARKS>(marks, ci * LANES);
         for j in 0..LANES {
-            let x = value(f, v[j]);
+            let x = value(g, v[j]);
             let keep = key(v[j], f) < lo && !(MARKS && m & BITS[j] != 0);
             o[j] = if keep { x } else { none };
         }
@@ -398,7 +515,7 @@ fn fill_lanes<T: Logit, const MARKS: bool>(
     for (j, (x, o)) in row[rem_start..].iter().zip(tail).enumerate() {
         let l = x.to_f32();
         let keep = key(l, f) < lo && !(MARKS && is_marked(marks, rem_start + j));
-        *o = if keep { value(f, l) } else { none };
+        *o = if keep { value(g, l) } else { none };
     }
 }
 
@@ -552,8 +669,8 @@ mod tests {
             let ov = Overlay::new(n);
             let (mut c1, mut m1) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
             let (mut c2, mut m2) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
-            build(&row, &ov, f, LAST, false, &mut c1, &mut m1);
-            build(&row, &ov, f, LAST, true, &mut c2, &mut m2);
+            build(&row, &ov, f, LAST, false, &mut c1, &mut m1, None);
+            build(&row, &ov, f, LAST, true, &mut c2, &mut m2, None);
             assert_eq!(c1, c2);
             for b in 0..BUCKETS {
                 let bound = error_bound(b, c1[b], m1[b], f);
@@ -566,6 +683,75 @@ mod tests {
                 if t == 1.0 && b < LAST && m2[b] > 0.0 {
                     assert!(bound <= 2e-7 * m2[b] + 1e-30, "bound {bound} for {}", m2[b]);
                 }
+            }
+        }
+    }
+
+    /// The second masses of a pass in two frames: in every bucket but the last (and there
+    /// too when the second temperature is the lower), the fast ones lie within
+    /// [`error_bound_at`] of the precise ones, and the precise ones are, up to the `f64`
+    /// rounding of the sums, those of the bucket's tokens weighed in the second frame.
+    #[test]
+    fn second_masses_are_within_their_bound() {
+        let mut x = 0x5851_f42d_4c95_7f2du64;
+        for (n, scale, t, t2) in [
+            (151_936usize, 1.0f32, 1.0f32, 0.8f32),
+            (151_936, 1.0, 1.0, 1.25),
+            (20_000, 2.0, 0.6, 0.35),
+            (20_000, 3.0, 0.5, 2.0),
+            (5_000, 30.0, 1.7, 0.9),
+            (5_000, 30.0, 0.9, 1.7),
+            (300, 0.01, 1e-3, 3e-3),
+        ] {
+            let (row, f) = framed(&mut x, n, scale, t);
+            let g = Frame::new(f.max, t2);
+            let scale_up = f64::from(t) / f64::from(t2) * (1.0 + 1e-12);
+            let ov = Overlay::new(n);
+            let (mut c1, mut m1, mut d1) =
+                (vec![0u32; SLOTS], vec![0f64; SLOTS], vec![0f64; 2 * SLOTS]);
+            let (mut c2, mut m2, mut d2) =
+                (vec![0u32; SLOTS], vec![0f64; SLOTS], vec![0f64; 2 * SLOTS]);
+            build(
+                &row,
+                &ov,
+                f,
+                LAST,
+                false,
+                &mut c1,
+                &mut m1,
+                Some((g, &mut d1)),
+            );
+            build(
+                &row,
+                &ov,
+                f,
+                LAST,
+                true,
+                &mut c2,
+                &mut m2,
+                Some((g, &mut d2)),
+            );
+            assert_eq!(c1, c2);
+            let mut naive = vec![0f64; BUCKETS];
+            for &l in &row {
+                if l > f32::NEG_INFINITY {
+                    naive[key(l, f) as usize] += exp_neg(g.s64(l));
+                }
+            }
+            for b in 0..BUCKETS {
+                let close = (d2[b] - naive[b]).abs() <= 1e-12 * naive[b];
+                assert!(close, "t {t} -> {t2} bucket {b}: {} vs {}", d2[b], naive[b]);
+                let bound = error_bound_at(b, c1[b], d1[b], g, scale_up);
+                if b == LAST && scale_up < 1.0 {
+                    assert!(bound.is_infinite());
+                    continue;
+                }
+                assert!(
+                    (d1[b] - d2[b]).abs() <= bound,
+                    "n {n} t {t} -> {t2} bucket {b}: {} vs {} (bound {bound})",
+                    d1[b],
+                    d2[b]
+                );
             }
         }
     }
@@ -585,7 +771,7 @@ mod tests {
         for (ov, is_marked) in [(Overlay::new(n), false), (marked, true)] {
             for limit in [LAST, 300, 40, 0] {
                 let (mut count, mut mass) = (vec![7u32; SLOTS], vec![7.0f64; SLOTS]);
-                build(&row, &ov, f, limit, false, &mut count, &mut mass);
+                build(&row, &ov, f, limit, false, &mut count, &mut mass, None);
                 assert!(count[BUCKETS..].iter().all(|&c| c == 0), "limit {limit}");
                 assert!(mass[BUCKETS..].iter().all(|&m| m == 0.0), "limit {limit}");
                 let mut naive = vec![0u32; BUCKETS];

@@ -150,6 +150,8 @@ macro_rules! dispatch {
     ($(#[$doc:meta])* $name:ident, $avx2:ident, $avx512:ident, $inner:path, $wide:path,
      fn<$T:ident>($($arg:ident: $ty:ty),*) -> $ret:ty) => {
         $(#[$doc])*
+        // (The histogram pass takes its two frames' outputs as separate arguments.)
+        #[allow(clippy::too_many_arguments)]
         pub(crate) fn $name<$T: Logit>($($arg: $ty),*) -> $ret {
             match level() {
                 // SAFETY: `level` found the CPU supports every instruction set the
@@ -165,12 +167,14 @@ macro_rules! dispatch {
 
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2,fma")]
+        #[allow(clippy::too_many_arguments)]
         fn $avx2<$T: Logit>($($arg: $ty),*) -> $ret {
             $wide($($arg),*)
         }
 
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
+        #[allow(clippy::too_many_arguments)]
         fn $avx512<$T: Logit>($($arg: $ty),*) -> $ret {
             $wide($($arg),*)
         }
@@ -181,7 +185,7 @@ dispatch!(
     /// [`histogram::build`], on the widest vectors the CPU has.
     build, build_avx2, build_avx512, histogram::build,
     fn<T>(row: &[T], overlay: &Overlay, f: Frame, limit: usize, precise: bool,
-          count: &mut [u32], mass: &mut [f64]) -> ()
+          count: &mut [u32], mass: &mut [f64], second: Option<(Frame, &mut [f64])>) -> ()
 );
 
 dispatch!(
@@ -194,8 +198,8 @@ dispatch!(
 dispatch!(
     /// [`histogram::fill`], on the widest vectors the CPU has.
     fill, fill_avx2, fill_avx512, histogram::fill,
-    fn<T>(row: &[T], overlay: &Overlay, f: Frame, lo: usize, fill: histogram::Fill, none: f32,
-          out: &mut [f32]) -> ()
+    fn<T>(row: &[T], overlay: &Overlay, frames: (Frame, Frame), lo: usize,
+          fill: histogram::Fill, none: f32, out: &mut [f32]) -> ()
 );
 
 dispatch!(
@@ -766,28 +770,45 @@ mod tests {
                     }
                 }
             }
+            // (The second frame: the draw's temperature of a chain cut at `f`'s.)
+            let g = Frame::new(f.max, 0.7);
             for (ov, precise) in overlays.iter().flat_map(|o| [(o, false), (o, true)]) {
                 for limit in [histogram::LAST, 40] {
                     let (mut c1, mut m1) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
-                    histogram::build(&row, ov, f, limit, precise, &mut c1, &mut m1);
+                    let mut d1 = vec![0f64; 2 * SLOTS];
+                    histogram::build(&row, ov, f, limit, precise, &mut c1, &mut m1, None);
+                    let mut e1 = vec![0u32; SLOTS];
+                    let mut n1 = vec![0f64; SLOTS];
+                    let second = Some((g, &mut d1[..]));
+                    histogram::build(&row, ov, f, limit, precise, &mut e1, &mut n1, second);
+                    // The second masses leave the first pass's counts and masses as they were.
+                    assert_eq!(c1, e1);
+                    assert_eq!(bits(&m1), bits(&n1));
                     let mut o1 = Vec::new();
                     histogram::collect(&row, ov, f, 3, limit, usize::MAX, &mut o1);
                     let wide = [(Level::Avx2, avx2), (Level::Avx512, avx512)];
                     for (level, _) in wide.into_iter().filter(|&(_, on)| on) {
                         let (mut c2, mut m2) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
+                        let mut d2 = vec![0f64; 2 * SLOTS];
                         let mut o2 = Vec::new();
+                        let second = Some((g, &mut d2[..]));
                         // SAFETY: the CPU supports the copy called (checked above).
                         unsafe {
                             if level == Level::Avx512 {
-                                build_avx512(&row, ov, f, limit, precise, &mut c2, &mut m2);
+                                build_avx512(&row, ov, f, limit, precise, &mut c2, &mut m2, second);
                                 collect_avx512(&row, ov, f, 3, limit, usize::MAX, &mut o2);
                             } else {
-                                build_avx2(&row, ov, f, limit, precise, &mut c2, &mut m2);
+                                build_avx2(&row, ov, f, limit, precise, &mut c2, &mut m2, second);
                                 collect_avx2(&row, ov, f, 3, limit, usize::MAX, &mut o2);
                             }
                         }
                         assert_eq!(c1, c2);
                         assert_eq!(bits(&m1), bits(&m2), "n {n}, precise {precise}");
+                        assert_eq!(
+                            bits(&d1[..SLOTS]),
+                            bits(&d2[..SLOTS]),
+                            "n {n}, precise {precise}"
+                        );
                         assert_eq!(o1, o2);
                     }
                 }
