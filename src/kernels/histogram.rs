@@ -368,12 +368,15 @@ fn scatter<T: Logit, const MARKS: bool, const DUAL: bool>(
             let v = load(c);
             let m = lane_marks_if::<MARKS>(marks, b * BLOCK + ci * LANES);
             let mut w = [0.0f64; LANES];
-            let mut w2 = [0.0f64; LANES];
+            // (With `DUAL`, both weights of a token side by side, as the pair they are
+            // added to.)
+            let mut wp = [[0.0f64; 2]; LANES];
             let mut k = [0u32; LANES];
             for j in 0..LANES {
-                w[j] = weight(f, v[j]);
                 if DUAL {
-                    w2[j] = weight(g, v[j]);
+                    wp[j] = [weight(f, v[j]), weight(g, v[j])];
+                } else {
+                    w[j] = weight(f, v[j]);
                 }
                 let kj = key(v[j], f);
                 // Tokens outside the histogram, and marked ones, go to their lane's
@@ -389,8 +392,8 @@ fn scatter<T: Logit, const MARKS: bool, const DUAL: bool>(
                 count[b] += 1;
                 if DUAL {
                     let p = &mut pairs[b];
-                    p[0] += w[j];
-                    p[1] += w2[j];
+                    p[0] += wp[j][0];
+                    p[1] += wp[j][1];
                 } else {
                     mass[b] += w[j];
                 }
