@@ -214,32 +214,36 @@ pub(crate) fn build<T: Logit>(
     mass: &mut [f64],
     second: Option<(Frame, &mut [f64])>,
 ) {
-    match (precise, second) {
-        (true, None) => build_with::<T, false>(
+    if precise {
+        build_in(
             row,
             overlay,
-            (f, f),
+            f,
             limit,
-            count,
-            mass,
-            &mut [],
+            (count, mass),
+            second,
             precise_weight,
-        ),
-        (false, None) => build_with::<T, false>(
-            row,
-            overlay,
-            (f, f),
-            limit,
-            count,
-            mass,
-            &mut [],
-            fast_weight64,
-        ),
-        (true, Some((g, m2))) => {
-            build_with::<T, true>(row, overlay, (f, g), limit, count, mass, m2, precise_weight)
-        }
-        (false, Some((g, m2))) => {
-            build_with::<T, true>(row, overlay, (f, g), limit, count, mass, m2, fast_weight64)
+        );
+    } else {
+        build_in(row, overlay, f, limit, (count, mass), second, fast_weight64);
+    }
+}
+
+/// [`build`] with the weight function `weight`, with or without the second masses.
+#[inline(always)]
+fn build_in<T: Logit>(
+    row: &[T],
+    overlay: &Overlay,
+    f: Frame,
+    limit: usize,
+    (count, mass): (&mut [u32], &mut [f64]),
+    second: Option<(Frame, &mut [f64])>,
+    weight: impl Fn(Frame, f32) -> f64,
+) {
+    match second {
+        None => build_with::<T, false>(row, overlay, (f, f), limit, count, mass, &mut [], weight),
+        Some((g, m2)) => {
+            build_with::<T, true>(row, overlay, (f, g), limit, count, mass, m2, weight)
         }
     }
 }
