@@ -1343,13 +1343,13 @@ impl Engine {
                 s.hist_second = None;
                 fill_weights(&s.cand[..n], frame.max, t, &mut s.weight);
                 let g = Frame::new(frame.max, t);
-                let scale = f64::from(self.params.temperature()) / f64::from(t) * (1.0 + 1e-12);
                 let err = if precise {
                     0.0
                 } else {
                     (0..lo)
                         .map(|b| {
-                            histogram::error_bound_at(b, s.hist_count[b], s.hist_mass[b], g, scale)
+                            let (count, mass) = (s.hist_count[b], s.hist_mass[b]);
+                            histogram::second_error_bound(b, count, mass, frame, g)
                         })
                         .sum()
                 };

@@ -223,29 +223,187 @@ pub(crate) fn build<T: Logit>(
             (count, mass),
             second,
             precise_weight,
+            false,
         );
     } else {
-        build_in(row, overlay, f, limit, (count, mass), second, fast_weight64);
+        build_in(
+            row,
+            overlay,
+            f,
+            limit,
+            (count, mass),
+            second,
+            fast_weight64,
+            true,
+        );
     }
 }
 
-/// [`build`] with the weight function `weight`, with or without the second masses.
+/// [`build`] with the weight function `weight`, with or without the second masses: in
+/// a fast build (`fast`) by [`Polynomial`] where it holds, otherwise with `weight` in
+/// the second frame ([`second_error_bound`] bounds either).
 #[inline(always)]
-fn build_in<T: Logit>(
+#[allow(clippy::too_many_arguments)]
+fn build_in<T: Logit, W: Fn(Frame, f32) -> f64 + Copy>(
     row: &[T],
     overlay: &Overlay,
     f: Frame,
     limit: usize,
     (count, mass): (&mut [u32], &mut [f64]),
     second: Option<(Frame, &mut [f64])>,
-    weight: impl Fn(Frame, f32) -> f64,
+    weight: W,
+    fast: bool,
 ) {
+    let hist = (count, mass);
     match second {
-        None => build_with::<T, false>(row, overlay, (f, f), limit, count, mass, &mut [], weight),
-        Some((g, m2)) => {
-            build_with::<T, true>(row, overlay, (f, g), limit, count, mass, m2, weight)
-        }
+        None => build_with(row, overlay, f, limit, hist, &mut [], weight, NoSecond),
+        Some((g, m2)) => match Polynomial::new(f, g) {
+            Some(poly) if fast => build_with(row, overlay, f, limit, hist, m2, weight, poly),
+            _ => build_with(
+                row,
+                overlay,
+                f,
+                limit,
+                hist,
+                m2,
+                weight,
+                Weighed { g, weight },
+            ),
+        },
     }
+}
+
+/// How a [`build`] weighs each token for the second masses.
+trait Second: Copy {
+    /// Whether there are second masses at all.
+    const ON: bool;
+    /// What token `l` of bucket `k` (in the key frame `f`) adds to its bucket's second
+    /// sum.
+    fn weight(&self, f: Frame, l: f32, k: u32) -> f64;
+    /// Turns the buckets' sums into their masses, in `mass2[..BUCKETS]`.
+    fn finish(&self, _mass2: &mut [f64]) {}
+}
+
+/// No second masses.
+#[derive(Clone, Copy)]
+struct NoSecond;
+
+impl Second for NoSecond {
+    const ON: bool = false;
+    #[inline(always)]
+    fn weight(&self, _: Frame, _: f32, _: u32) -> f64 {
+        0.0
+    }
+}
+
+/// The weight function of the build in the second frame `g`.
+#[derive(Clone, Copy)]
+struct Weighed<W> {
+    g: Frame,
+    weight: W,
+}
+
+impl<W: Fn(Frame, f32) -> f64 + Copy> Second for Weighed<W> {
+    const ON: bool = true;
+    #[inline(always)]
+    fn weight(&self, _: Frame, l: f32, _: u32) -> f64 {
+        (self.weight)(self.g, l)
+    }
+}
+
+/// The largest ratio `t_key / t_second` for which [`Polynomial`] weighs the second
+/// masses: `|r δ| <= 1/32` there, where the polynomial's truncation is below `2e-12`.
+const POLYNOMIAL_MAX_RATIO: f64 = 4.0;
+
+/// Bound on the relative error of [`Polynomial::weight`]'s polynomial for `|y| <= 1/32`
+/// in `f32` (the truncation, below `2e-12`, and the roundings of Horner's steps, which
+/// the last `+ 1` dominates: about `2^-24 (1 + 4/32)`; the test below samples it).
+const POLYNOMIAL_REL_ERROR: f64 = 1.2e-7;
+
+/// The fast second weights through the buckets of the key frame `f`: a token of bucket
+/// `k < LAST` has scaled logit `s = -k / 64 + δ` with `|δ| <= 1/128` (the key rounds
+/// `-64 s` to the nearest integer; `s + k / 64` is exact by Sterbenz's lemma), so its
+/// weight at the second temperature is `e^(-r k / 64) e^(r δ)` with `r = t_key / t_second`.
+/// The pass sums `e^(r δ)`, a degree-5 polynomial in `r δ`, and [`finish`](Second::finish)
+/// multiplies each bucket's sum by `e^(-r k / 64)`: a few multiply-adds per token where
+/// an exp would take a range reduction and a longer polynomial. The last bucket's sum
+/// means nothing (its `δ` is unbounded) and is set to 0; [`second_error_bound`] is
+/// infinite there.
+#[derive(Clone, Copy)]
+struct Polynomial {
+    /// `r` in `f32`.
+    r32: f32,
+    /// `e^(-r / 64)`, the factor from one bucket to the next.
+    step: f64,
+}
+
+impl Polynomial {
+    /// The polynomial weights from key frame `f` to second frame `g`, if they hold: a
+    /// ratio of temperatures at most [`POLYNOMIAL_MAX_RATIO`], and fast weights that hold
+    /// in `f`.
+    fn new(f: Frame, g: Frame) -> Option<Polynomial> {
+        let r = ratio(f, g);
+        (r <= POLYNOMIAL_MAX_RATIO && f.steps < 1e30).then(|| Polynomial {
+            r32: r as f32,
+            step: exp_neg(-r / f64::from(PER_NAT)),
+        })
+    }
+}
+
+impl Second for Polynomial {
+    const ON: bool = true;
+    #[inline(always)]
+    fn weight(&self, f: Frame, l: f32, k: u32) -> f64 {
+        let delta = f.s32(l) + k as f32 * (1.0 / PER_NAT);
+        f64::from(exp_small(delta * self.r32))
+    }
+
+    fn finish(&self, mass2: &mut [f64]) {
+        let mut factor = 1.0;
+        for m in &mut mass2[..LAST] {
+            *m *= factor;
+            factor *= self.step;
+        }
+        mass2[LAST] = 0.0;
+    }
+}
+
+/// `e^y` for `|y| <= 1/32`: the degree-5 Taylor polynomial by Horner's rule in `f32`,
+/// within [`POLYNOMIAL_REL_ERROR`].
+#[inline(always)]
+fn exp_small(y: f32) -> f32 {
+    let mut p = 1.0 / 120.0f32;
+    p = p * y + 1.0 / 24.0;
+    p = p * y + 1.0 / 6.0;
+    p = p * y + 0.5;
+    p = p * y + 1.0;
+    p * y + 1.0
+}
+
+/// `t_f / t_g` in `f64`.
+fn ratio(f: Frame, g: Frame) -> f64 {
+    g.inv_t / f.inv_t
+}
+
+/// Bound on the error of `mass2[b]` as a fast [`build`] with key frame `f` and second
+/// frame `g` fills it: [`error_bound_at`] where the second weights are computed in `g`,
+/// and for [`Polynomial`]'s the polynomial's error plus that of the exponent: `s` is
+/// within `(steps + 1) 2^-24 |s|` of `(l - max) / t_f` (the roundings of the key's
+/// argument and that of `l - max`, which these weights do not add back), `|s| <= (b + 1)
+/// / 64`, scaled by `r`; `r` in `f32`, the factors' `b` products and the `f64` sums add
+/// less than `1e-9 r + 4.3e-15 (b + 1) + 1.2e-16 count`. Infinite in the last bucket.
+pub(crate) fn second_error_bound(b: usize, count: u32, mass: f64, f: Frame, g: Frame) -> f64 {
+    // (Rounded up, so that the bounds scale at least as the true ratio.)
+    let scale = ratio(f, g) * (1.0 + 1e-12);
+    if Polynomial::new(f, g).is_none() {
+        return error_bound_at(b, count, mass, g, scale);
+    }
+    if b >= LAST {
+        return f64::INFINITY;
+    }
+    let arg = (f.steps + 1.01) * 5.97e-8 * scale * (b as f64 + 1.0) / f64::from(PER_NAT);
+    let rest = 1e-9 * scale + 4.3e-15 * (b as f64 + 1.0) + 1.2e-16 * f64::from(count);
+    mass * (POLYNOMIAL_REL_ERROR + arg + rest)
 }
 
 /// The precise weight of `l` in frame `f`: the `f64` [`exp_neg`] of the `f64` scaled
@@ -279,44 +437,44 @@ pub(crate) fn fast_weight(f: Frame, l: f32) -> f32 {
     w + w * c
 }
 
-/// [`build`] with the weight function `weight`, and with `DUAL` the second masses
-/// `mass2` in frame `fg.1` (otherwise `mass2` is empty and untouched).
+/// [`build`] with the weight function `weight`, and with `S::ON` the second masses
+/// `mass2` that `second` weighs (otherwise `mass2` is empty and untouched).
 ///
-/// With `DUAL`, `mass2` has room for two masses per slot (`2 * SLOTS`): the pass adds
+/// With `S::ON`, `mass2` has room for two masses per slot (`2 * SLOTS`): the pass adds
 /// each token's two weights to one pair of adjacent entries, one 16-byte update instead
 /// of two in separate arrays, and afterwards splits the pairs into `mass` and the first
 /// [`SLOTS`] entries of `mass2`. Each bucket's sums are the same, in the same order, as
 /// without the second masses.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn build_with<T: Logit, const DUAL: bool>(
+fn build_with<T: Logit, S: Second>(
     row: &[T],
     overlay: &Overlay,
-    fg: (Frame, Frame),
+    f: Frame,
     limit: usize,
-    count: &mut [u32],
-    mass: &mut [f64],
+    (count, mass): (&mut [u32], &mut [f64]),
     mass2: &mut [f64],
     weight: impl Fn(Frame, f32) -> f64,
+    second: S,
 ) {
-    let (f, g) = fg;
     let count: &mut [u32; SLOTS] = count.try_into().expect("histogram size");
     let mass: &mut [f64; SLOTS] = mass.try_into().expect("histogram size");
     count.iter_mut().for_each(|c| *c = 0);
     mass.iter_mut().for_each(|m| *m = 0.0);
     let (pairs, _) = mass2.as_chunks_mut::<2>();
-    let pairs: &mut [[f64; 2]] = if DUAL {
+    let pairs: &mut [[f64; 2]] = if S::ON {
         let p: &mut [[f64; 2]; SLOTS] = pairs.try_into().expect("histogram size");
         p.fill([0.0; 2]);
         p
     } else {
         &mut []
     };
+    let w = (&weight, &second);
     match overlay.marked() {
-        None => scatter::<T, false, DUAL>(row, &[], fg, limit, count, mass, pairs, &weight),
-        Some(marks) => scatter::<T, true, DUAL>(row, marks, fg, limit, count, mass, pairs, &weight),
+        None => scatter::<T, false, S>(row, &[], f, limit, count, mass, pairs, w),
+        Some(marks) => scatter::<T, true, S>(row, marks, f, limit, count, mass, pairs, w),
     }
-    if DUAL {
+    if S::ON {
         // (Entry `b` of `mass2` is written after pair `b / 2 <= b` was read.)
         for b in 0..SLOTS {
             let [m, m2] = mass2[2 * b..2 * b + 2] else {
@@ -336,31 +494,32 @@ fn build_with<T: Logit, const DUAL: bool>(
         if k <= lim {
             count[k as usize] += 1;
             mass[k as usize] += weight(f, l);
-            if DUAL {
-                mass2[k as usize] += weight(g, l);
+            if S::ON {
+                mass2[k as usize] += second.weight(f, l, k);
             }
         }
+    }
+    if S::ON {
+        second.finish(mass2);
     }
 }
 
 /// The pass of [`build_with`]: every unmarked token of a bucket `<= limit` adds to its
-/// bucket; the others go to their lane's spare slot past `BUCKETS`. With `DUAL`, the
-/// weights go to `pairs` instead (of length [`SLOTS`]), with the weight in frame `fg.1`
-/// beside each.
+/// bucket; the others go to their lane's spare slot past `BUCKETS`. With `S::ON`, the
+/// weights go to `pairs` instead (of length [`SLOTS`]), with the second one beside each.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn scatter<T: Logit, const MARKS: bool, const DUAL: bool>(
+fn scatter<T: Logit, const MARKS: bool, S: Second>(
     row: &[T],
     marks: &[u32],
-    fg: (Frame, Frame),
+    f: Frame,
     limit: usize,
     count: &mut [u32; SLOTS],
     mass: &mut [f64; SLOTS],
     pairs: &mut [[f64; 2]],
-    weight: &impl Fn(Frame, f32) -> f64,
+    (weight, second): (&impl Fn(Frame, f32) -> f64, &S),
 ) {
-    let (f, g) = fg;
-    assert!(!DUAL || pairs.len() == SLOTS, "histogram size");
+    assert!(!S::ON || pairs.len() == SLOTS, "histogram size");
     let lim = limit as u32;
     let blocks = row.chunks_exact(BLOCK);
     let rem_start = row.len() - blocks.remainder().len();
@@ -372,17 +531,17 @@ fn scatter<T: Logit, const MARKS: bool, const DUAL: bool>(
             let v = load(c);
             let m = lane_marks_if::<MARKS>(marks, b * BLOCK + ci * LANES);
             let mut w = [0.0f64; LANES];
-            // (With `DUAL`, both weights of a token side by side, as the pair they are
+            // (With `S::ON`, both weights of a token side by side, as the pair they are
             // added to.)
             let mut wp = [[0.0f64; 2]; LANES];
             let mut k = [0u32; LANES];
             for j in 0..LANES {
-                if DUAL {
-                    wp[j] = [weight(f, v[j]), weight(g, v[j])];
+                let kj = key(v[j], f);
+                if S::ON {
+                    wp[j] = [weight(f, v[j]), second.weight(f, v[j], kj)];
                 } else {
                     w[j] = weight(f, v[j]);
                 }
-                let kj = key(v[j], f);
                 // Tokens outside the histogram, and marked ones, go to their lane's
                 // spare slot past the last bucket, so the scatter below needs no branch
                 // (and, with the `min`, no bounds check). One slot per lane: when most
@@ -394,7 +553,7 @@ fn scatter<T: Logit, const MARKS: bool, const DUAL: bool>(
             for j in 0..LANES {
                 let b = (k[j] as usize).min(SLOTS - 1);
                 count[b] += 1;
-                if DUAL {
+                if S::ON {
                     let p = &mut pairs[b];
                     p[0] += wp[j][0];
                     p[1] += wp[j][1];
@@ -409,10 +568,10 @@ fn scatter<T: Logit, const MARKS: bool, const DUAL: bool>(
         let k = key(l, f);
         if k <= lim && !(MARKS && is_marked(marks, rem_start + j)) {
             count[k as usize] += 1;
-            if DUAL {
+            if S::ON {
                 let p = &mut pairs[k as usize];
                 p[0] += weight(f, l);
-                p[1] += weight(g, l);
+                p[1] += second.weight(f, l, k);
             } else {
                 mass[k as usize] += weight(f, l);
             }
@@ -695,9 +854,10 @@ mod tests {
     }
 
     /// The second masses of a pass in two frames: in every bucket but the last (and there
-    /// too when the second temperature is the lower), the fast ones lie within
-    /// [`error_bound_at`] of the precise ones, and the precise ones are, up to the `f64`
-    /// rounding of the sums, those of the bucket's tokens weighed in the second frame.
+    /// too when they are computed in `g` at the lower temperature), the fast ones lie
+    /// within [`second_error_bound`] of the precise ones, and the precise ones are, up to
+    /// the `f64` rounding of the sums, those of the bucket's tokens weighed in the second
+    /// frame.
     #[test]
     fn second_masses_are_within_their_bound() {
         let mut x = 0x5851_f42d_4c95_7f2du64;
@@ -709,10 +869,12 @@ mod tests {
             (5_000, 30.0, 1.7, 0.9),
             (5_000, 30.0, 0.9, 1.7),
             (300, 0.01, 1e-3, 3e-3),
+            // (Ratios beyond the polynomial's: the weights computed in `g`.)
+            (20_000, 2.0, 1.0, 0.2),
+            (5_000, 30.0, 1.7, 0.1),
         ] {
             let (row, f) = framed(&mut x, n, scale, t);
             let g = Frame::new(f.max, t2);
-            let scale_up = f64::from(t) / f64::from(t2) * (1.0 + 1e-12);
             let ov = Overlay::new(n);
             let (mut c1, mut m1, mut d1) =
                 (vec![0u32; SLOTS], vec![0f64; SLOTS], vec![0f64; 2 * SLOTS]);
@@ -748,9 +910,11 @@ mod tests {
             for b in 0..BUCKETS {
                 let close = (d2[b] - naive[b]).abs() <= 1e-12 * naive[b];
                 assert!(close, "t {t} -> {t2} bucket {b}: {} vs {}", d2[b], naive[b]);
-                let bound = error_bound_at(b, c1[b], d1[b], g, scale_up);
-                if b == LAST && scale_up < 1.0 {
-                    assert!(bound.is_infinite());
+                let bound = second_error_bound(b, c1[b], d1[b], f, g);
+                if b == LAST {
+                    // (Finite only for weights computed in `g`, at a lower temperature.)
+                    let computed = Polynomial::new(f, g).is_none() && t2 <= t;
+                    assert_eq!(bound.is_finite(), computed, "t {t} -> {t2}");
                     continue;
                 }
                 assert!(
@@ -759,8 +923,44 @@ mod tests {
                     d1[b],
                     d2[b]
                 );
+                // (And the bound decides: far below the mass it bounds.)
+                assert!(bound <= 1e-4 * d2[b] + 1e-30, "bucket {b}: bound {bound}");
             }
         }
+    }
+
+    /// [`exp_small`] is within [`POLYNOMIAL_REL_ERROR`] of `e^y` on `|y| <= 1/32`, the
+    /// range [`Polynomial`] uses it on (`|δ| <= 1/128`, `r <= 4`).
+    #[test]
+    fn small_exponential_is_within_its_bound() {
+        let lim = 1.0f32 / 32.0;
+        let mut worst = 0.0f64;
+        let mut check = |y: f32| {
+            let exact = f64::from(y).exp();
+            worst = worst.max(((f64::from(exp_small(y)) - exact) / exact).abs());
+        };
+        let steps = 2_000_000;
+        for i in 0..=steps {
+            check(-lim + 2.0 * lim * (i as f32 / steps as f32));
+        }
+        // Every `f32` next to the ends and to 0.
+        let mut y = lim;
+        for _ in 0..100_000 {
+            check(y);
+            check(-y);
+            y = y.next_down();
+        }
+        let mut y = 0.0f32;
+        for _ in 0..100_000 {
+            check(y);
+            check(-y);
+            y = y.next_up();
+        }
+        assert!(
+            worst <= POLYNOMIAL_REL_ERROR,
+            "worst relative error {worst:e}"
+        );
+        assert!(POLYNOMIAL_MAX_RATIO / 128.0 <= f64::from(lim));
     }
 
     /// Tokens beyond the limit and marked tokens count in no bucket, whichever lane they
