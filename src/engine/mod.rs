@@ -1302,9 +1302,11 @@ impl Engine {
     /// temperature changes), their weights `exp((l - max) / t)`.
     ///
     /// A prefix is re-weighted token by token. The histogram's survivors are every token
-    /// up to the last one in draw order: a new histogram at `t` counts the buckets up to
-    /// that token's, and the tokens of its bucket are sorted and cut at it. `None` when
-    /// `precise` is false and the draw of the new histogram cannot be decided.
+    /// up to the last one in draw order: when the cut's pass also summed the weights at
+    /// `t` in its buckets (`scratch.hist_second`), the draw walks those masses and only
+    /// the sorted tail is re-weighted; otherwise a new histogram at `t` counts the
+    /// buckets up to that token's, and the tokens of its bucket are sorted and cut at it.
+    /// `None` when `precise` is false and the draw of the new histogram cannot be decided.
     fn reframe<U: Logit>(
         &mut self,
         adj: &[U],
@@ -1337,7 +1339,7 @@ impl Engine {
                 // The cut's pass weighed every token at `t` too, in the cut's buckets:
                 // the survivors stay those buckets before `lo` and `cand[..n]`, and the
                 // draw walks the second masses. (Not through the last bucket, whose
-                // weights at `t` the bound does not cover when `t` is the higher.)
+                // second mass has no finite bound.)
                 let slots = s.hist_mass.len();
                 s.hist_mass.copy_from_slice(&s.hist_mass2[..slots]);
                 s.hist_second = None;
