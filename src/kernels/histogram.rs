@@ -214,28 +214,11 @@ pub(crate) fn build<T: Logit>(
     mass: &mut [f64],
     second: Option<(Frame, &mut [f64])>,
 ) {
+    let hist = (count, mass);
     if precise {
-        build_in(
-            row,
-            overlay,
-            f,
-            limit,
-            (count, mass),
-            second,
-            precise_weight,
-            false,
-        );
+        build_in(row, overlay, f, limit, hist, second, precise_weight, false);
     } else {
-        build_in(
-            row,
-            overlay,
-            f,
-            limit,
-            (count, mass),
-            second,
-            fast_weight64,
-            true,
-        );
+        build_in(row, overlay, f, limit, hist, second, fast_weight64, true);
     }
 }
 
@@ -249,12 +232,11 @@ fn build_in<T: Logit, W: Fn(Frame, f32) -> f64 + Copy>(
     overlay: &Overlay,
     f: Frame,
     limit: usize,
-    (count, mass): (&mut [u32], &mut [f64]),
+    hist: (&mut [u32], &mut [f64]),
     second: Option<(Frame, &mut [f64])>,
     weight: W,
     fast: bool,
 ) {
-    let hist = (count, mass);
     match second {
         None => build_with(row, overlay, f, limit, hist, &mut [], weight, NoSecond),
         Some((g, m2)) => match Polynomial::new(f, g) {
