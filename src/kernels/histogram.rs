@@ -200,8 +200,8 @@ pub(crate) fn error_bound_at(b: usize, count: u32, mass: f64, g: Frame, scale: f
 /// bucket's weight in frame `g` (the same maximum, another temperature; `mass2` has
 /// `2 * SLOTS` entries, the rest scratch): the buckets stay those of `f`, so a chain
 /// whose draw runs at another temperature than its cut finds the draw's masses without
-/// a second pass. [`error_bound_at`] bounds their error, for every
-/// bucket but the last.
+/// a second pass. [`second_error_bound`] bounds their error, for every bucket but the
+/// last.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn build<T: Logit>(
@@ -325,10 +325,15 @@ impl Polynomial {
     /// in `f`.
     fn new(f: Frame, g: Frame) -> Option<Polynomial> {
         let r = ratio(f, g);
-        (r <= POLYNOMIAL_MAX_RATIO && f.steps < 1e30).then(|| Polynomial {
+        Polynomial::holds(f, g).then(|| Polynomial {
             r32: r as f32,
             step: exp_neg(-r / f64::from(PER_NAT)),
         })
+    }
+
+    /// Whether [`new`](Polynomial::new) gives the polynomial weights (no exp computed).
+    fn holds(f: Frame, g: Frame) -> bool {
+        ratio(f, g) <= POLYNOMIAL_MAX_RATIO && f.steps < 1e30
     }
 }
 
@@ -377,7 +382,7 @@ fn ratio(f: Frame, g: Frame) -> f64 {
 pub(crate) fn second_error_bound(b: usize, count: u32, mass: f64, f: Frame, g: Frame) -> f64 {
     // (Rounded up, so that the bounds scale at least as the true ratio.)
     let scale = ratio(f, g) * (1.0 + 1e-12);
-    if Polynomial::new(f, g).is_none() {
+    if !Polynomial::holds(f, g) {
         return error_bound_at(b, count, mass, g, scale);
     }
     if b >= LAST {
@@ -895,7 +900,7 @@ mod tests {
                 let bound = second_error_bound(b, c1[b], d1[b], f, g);
                 if b == LAST {
                     // (Finite only for weights computed in `g`, at a lower temperature.)
-                    let computed = Polynomial::new(f, g).is_none() && t2 <= t;
+                    let computed = !Polynomial::holds(f, g) && t2 <= t;
                     assert_eq!(bound.is_finite(), computed, "t {t} -> {t2}");
                     continue;
                 }
