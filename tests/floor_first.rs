@@ -1,6 +1,7 @@
-//! Epsilon, eta, top-n-sigma and mirostat v2 as the first stage of a chain run on the row in place: a
-//! vectorised statistic bounds their floor, and the stage's own `f64` code decides only
-//! when a token lies within that bound. These tests run each chain twice, once as built
+//! Epsilon, eta, top-n-sigma, mirostat v2 and XTC as the first stage of a chain run on the
+//! row in place: a vectorised statistic bounds their floor (XTC: the row's mass against
+//! which the tokens near the maximum are compared with its threshold), and the stage's
+//! own `f64` code decides only when a token lies within that bound. These tests run each chain twice, once as built
 //! and once with the stage wrapped in a user stage (which the engine can only run
 //! through `apply`, on the dense copy of the row), and require the same kept tokens in
 //! the same order, the same probabilities, the same tokens for a set of uniforms and the
@@ -13,7 +14,7 @@
 use logits::half::{bf16, f16};
 use logits::{
     Chain, EpsilonCutoff, EtaCutoff, Logit, LogitBias, MirostatV2, Penalties, Stage, Temperature,
-    TokenId, TokenMask, TopK, TopNSigma,
+    TokenId, TokenMask, TopK, TopNSigma, Xtc,
 };
 use proptest::prelude::*;
 
@@ -29,6 +30,8 @@ enum Rule {
     Eta(f32, usize),
     Sigma(f32),
     Mirostat(f32),
+    /// Probability, threshold, strict, `min_keep`, special tokens 0 and 1.
+    Xtc(f32, f32, bool, usize, bool),
 }
 
 fn stage(rule: Rule) -> Box<dyn Stage> {
@@ -37,6 +40,13 @@ fn stage(rule: Rule) -> Box<dyn Stage> {
         Rule::Eta(e, k) => Box::new(EtaCutoff::new(e).unwrap().min_keep(k)),
         Rule::Sigma(n) => Box::new(TopNSigma::new(n).unwrap()),
         Rule::Mirostat(tau) => Box::new(MirostatV2::new(tau, 0.1).unwrap()),
+        Rule::Xtc(p, thr, strict, k, special) => {
+            let x = Xtc::new(p, thr)
+                .unwrap()
+                .strict_threshold(strict)
+                .min_keep(k);
+            Box::new(if special { x.special_tokens([0, 1]) } else { x })
+        }
     }
 }
 
@@ -56,7 +66,7 @@ struct Case {
 fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
     (
         (len, 0u8..7, any::<u64>()),
-        (0u8..4, 0usize..5, 0u8..9),
+        (0u8..5, 0usize..5, 0u8..9),
         (0u8..3, any::<bool>(), any::<bool>(), 0u8..3, 0u8..3),
     )
         .prop_map(
@@ -68,6 +78,13 @@ fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
                     1 => Rule::Eta(eps, keep + 1),
                     2 => Rule::Mirostat(
                         [0.1f32, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0][p as usize],
+                    ),
+                    3 => Rule::Xtc(
+                        if seed % 3 == 0 { 0.5 } else { 1.0 },
+                        [0.0f32, 0.01, 0.05, 0.1, 0.2, 0.25, 0.3, 1.0 / 3.0, 0.5][p as usize],
+                        seed % 5 == 0,
+                        [1, 1, 2, 3, 60][keep],
+                        seed % 7 < 2,
                     ),
                     _ => {
                         Rule::Sigma([0.1f32, 0.5, 1.0, 1.5, 2.0, 3.0, 0.01, 4.0, 1e-3][p as usize])
@@ -245,6 +262,26 @@ fn tokens_on_the_floor_are_decided_exactly() {
             Rule::Mirostat(2.0),
         ),
         (vec![3.0; 64], Rule::Mirostat(3.0)),
+        // Probabilities 1/2, 1/4, 1/4 against XTC's threshold 1/4, strict or not; 1/4
+        // and 1/2 of 1/2, 1/4, 1/8, 1/8.
+        (
+            vec![ln(0.5), ln(0.25), ln(0.25)],
+            Rule::Xtc(1.0, 0.25, false, 1, false),
+        ),
+        (
+            vec![ln(0.5), ln(0.25), ln(0.25)],
+            Rule::Xtc(1.0, 0.25, true, 1, false),
+        ),
+        (
+            vec![ln(0.5), ln(0.25), ln(0.125), ln(0.125)],
+            Rule::Xtc(1.0, 0.25, false, 1, false),
+        ),
+        (
+            vec![ln(0.5), ln(0.25), ln(0.125), ln(0.125)],
+            Rule::Xtc(1.0, 0.5, false, 1, false),
+        ),
+        (vec![3.0; 64], Rule::Xtc(1.0, 1.0 / 64.0, false, 1, false)),
+        (vec![3.0; 4], Rule::Xtc(1.0, 0.25, false, 3, true)),
     ];
     for (row, rule) in cases {
         for tail in 0..3 {
@@ -263,6 +300,85 @@ fn tokens_on_the_floor_are_decided_exactly() {
     }
 }
 
+/// XTC's threshold crossed one `f32` step of a logit at a time, in a row of 3,000
+/// tokens with the maximum at token 0. First token 1 moves across the value where its
+/// probability, as the stage computes it in `f64`, reaches the threshold. Then, with token
+/// 1 just above that value, token 2 moves deep in the tail, where one `f32` step changes
+/// the stage's total by about `1e-12` of itself, far less than the error of an `f32`
+/// mass: so its probability lies within that error of the threshold. On one side the
+/// stage removes the maximum, on the other it keeps it.
+#[test]
+fn xtc_tokens_at_the_threshold_are_decided_exactly() {
+    let n = 3_000;
+    let mut r = Mix(0x7c7c);
+    let mut row: Vec<f32> = (0..n)
+        .map(|_| -6.0 + 3.0 * (r.next() % 1_000_000) as f32 / 1e6)
+        .collect();
+    row[0] = 6.0;
+    row[2] = -20.0;
+    // The stage's probability of token 1: `f64` weights against the maximum, summed in
+    // id order.
+    let p_of = |row: &[f32]| {
+        let w = |x: f32| (f64::from(x) - 6.0).exp();
+        w(row[1]) / row.iter().map(|&x| w(x)).sum::<f64>()
+    };
+    // The first `f32` in `[lo, hi]` at which `at(x)` holds (it holds at `hi`, not at `lo`).
+    let first = |mut lo: f32, mut hi: f32, at: &dyn Fn(f32) -> bool| {
+        assert!(at(hi) && !at(lo), "a crossing within [{lo}, {hi}]");
+        while lo.next_up() < hi {
+            let mid = 0.5 * (lo + hi);
+            let mid = if mid <= lo { lo.next_up() } else { mid };
+            if at(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
+    };
+    let sweep = |row: &mut Vec<f32>, i: usize, at: f32, thr: f32| {
+        let mut l = at;
+        for _ in 0..24 {
+            l = l.next_down();
+        }
+        for _ in 0..48 {
+            row[i] = l;
+            for strict in [false, true] {
+                let c = Case {
+                    row: row.clone(),
+                    rule: Rule::Xtc(1.0, thr, strict, 1, false),
+                    tail: 2,
+                    bias: false,
+                    penalties: false,
+                    history: Vec::new(),
+                    mask: None,
+                    dtype: 0,
+                };
+                check(&c)
+                    .unwrap_or_else(|e| panic!("{thr}, token {i} at {l}, strict {strict}: {e}"));
+            }
+            l = l.next_up();
+        }
+    };
+    for thr in [0.1f32, 0.25, 0.3] {
+        let t = logits::as_decimal(thr);
+        let coarse = first(-6.0, 6.0, &|x| {
+            let mut r = row.clone();
+            r[1] = x;
+            p_of(&r) >= t
+        });
+        sweep(&mut row, 1, coarse, thr);
+        row[1] = coarse;
+        let fine = first(-30.0, -5.0, &|x| {
+            let mut r = row.clone();
+            r[2] = x;
+            p_of(&r) < t
+        });
+        sweep(&mut row, 2, fine, thr);
+        row[2] = -20.0;
+    }
+}
+
 /// NaN, `+inf`, a mask that allows nothing: the same error either way.
 #[test]
 fn errors_are_those_of_the_dense_path() {
@@ -277,6 +393,7 @@ fn errors_are_those_of_the_dense_path() {
             Rule::Eta(0.1, 1),
             Rule::Sigma(1.0),
             Rule::Mirostat(3.0),
+            Rule::Xtc(1.0, 0.1, false, 1, false),
         ] {
             let c = Case {
                 row: row.clone(),

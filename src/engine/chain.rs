@@ -136,6 +136,24 @@ pub(crate) mod lower {
         /// A cut to the tokens at or above a logit floor that a statistic of the whole
         /// row decides.
         Floor(Floor),
+        /// [`Xtc`](crate::Xtc): removes, on its coin, the most probable tokens.
+        Xtc(XtcRule),
+    }
+
+    /// [`Xtc`](crate::Xtc)'s parameters, as the engine applies the stage to the row in
+    /// place: the coin first, then the tokens near the maximum against the row's mass.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct XtcRule {
+        /// The coin's probability, read as the decimal it was written as.
+        pub probability: f64,
+        /// The probability threshold, read as the decimal it was written as.
+        pub threshold: f64,
+        /// True when a token must be strictly above the threshold.
+        pub strict: bool,
+        /// The stage's `min_keep`.
+        pub keep: usize,
+        /// The tokens never removed, sorted.
+        pub special: Vec<TokenId>,
     }
 
     /// The stages that keep every token at or above a floor computed from the whole

@@ -18,7 +18,7 @@ pub(crate) mod scratch;
 pub(crate) mod sequence_sampler;
 
 use crate::candidates::Candidates;
-use crate::chain::lower::{Floor, Lowering};
+use crate::chain::lower::{Floor, Lowering, XtcRule};
 use crate::chain::{Stage, StageContext};
 use crate::element::Logit;
 use crate::error::Error;
@@ -194,6 +194,9 @@ pub(crate) struct Engine {
     /// floor that a whole-row statistic decides (see [`Engine::run_floor`]); the stage
     /// gives its floor at each step, since a stateful one moves it.
     floor_first: bool,
+    /// [`Xtc`](crate::Xtc)'s parameters when it is the first stage after the bias and
+    /// penalties (see [`Engine::run_xtc`]).
+    xtc: Option<XtcRule>,
     /// The threshold on the scaled logit that a floor stage decided for this step, when
     /// the first cut group applies it (see [`Engine::run_floor`]).
     floor_ln: Option<f64>,
@@ -238,6 +241,7 @@ impl Clone for Engine {
             end: self.end,
             draw_temperature: self.draw_temperature,
             floor_first: self.floor_first,
+            xtc: self.xtc.clone(),
             floor_ln: self.floor_ln,
             top_p: self.top_p,
             ln_min_p: self.ln_min_p,
@@ -297,13 +301,9 @@ impl Engine {
             .patch
             .try_reserve((params.logit_bias().len().saturating_add(window)).min(vocab_size))
             .map_err(oom)?;
-        let floor_first = lead < pre
-            && matches!(
-                stages.get(lead).map(|s| s.lowering()),
-                Some(Lowering::Floor(_))
-            );
         let mut engine = Engine {
-            floor_first,
+            floor_first: false,
+            xtc: None,
             floor_ln: None,
             top_p: crate::as_decimal(params.top_p()),
             ln_min_p: (params.min_p() > 0.0).then(|| crate::as_decimal(params.min_p()).ln()),
@@ -322,8 +322,20 @@ impl Engine {
             cands: Candidates::new(),
             weights: Vec::new(),
         };
+        engine.plan_first();
         engine.size_buffers().map_err(oom)?;
         Ok(engine)
+    }
+
+    /// Notes what the first stage after the bias and penalties is, when the engine
+    /// runs it on the row in place: a floor stage or XTC.
+    fn plan_first(&mut self) {
+        let first = (self.lead < self.pre).then(|| self.stages[self.lead].lowering());
+        self.floor_first = matches!(first, Some(Lowering::Floor(_)));
+        self.xtc = match first {
+            Some(Lowering::Xtc(rule)) => Some(rule),
+            _ => None,
+        };
     }
 
     /// Sizes the candidate buffers for every token, where the plan uses them, so that no
@@ -372,6 +384,7 @@ impl Engine {
         self.stages.insert(self.pre, stage);
         self.pre += 1;
         self.group += 1;
+        self.plan_first();
         // Refused room is asked for again, as a typed error, by the next step (`run_dense`).
         let _ = self.size_buffers();
     }
@@ -652,9 +665,23 @@ impl Engine {
                 return self.run_floor(row, mask, rule, goal);
             }
         }
+        if self.pre == self.lead + 1 && self.xtc.is_some() {
+            return self.run_xtc(row, mask, goal);
+        }
         if self.pre > self.lead {
             return self.run_dense(row, mask, goal);
         }
+        self.run_in_place(row, mask, goal)
+    }
+
+    /// `goal` with no stage that needs the whole row before the first cut group: on the
+    /// compact row of a sparse mask's allowed tokens, or on the row in place.
+    fn run_in_place<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
         match mask {
             Some(mask) if count_allowed(mask, self.vocab_size) <= self.sparse_max() => {
                 self.run_sparse(row, mask, goal)
@@ -734,6 +761,150 @@ impl Engine {
                 self.run_dense(row, mask, goal)
             }
         }
+    }
+
+    /// `goal` for a chain whose first stage after the bias and penalties is
+    /// [`Xtc`](crate::Xtc) and whose next stages are the first cut group's: the stage
+    /// becomes bans on the row in place.
+    ///
+    /// The coin comes first (the stage's own uniform for this step): when it does not
+    /// come up, the stage changes nothing and the rest of the chain runs as if it were
+    /// not there. Otherwise one pass finds the row's maximum and mass and collects the
+    /// tokens near the maximum (those the stage can find above its threshold: each
+    /// weighs at least `threshold` of a total of at least 1); each of them is weighed
+    /// in `f64` as the stage weighs it and compared with the threshold against the
+    /// interval that holds the stage's own total (see [`xtc_bans`](Self::xtc_bans)). The
+    /// tokens the stage removes are banned under the overlay, and the rest of the chain
+    /// runs on the row in place.
+    ///
+    /// Exact: a comparison that the interval leaves open, a `min_keep` the collected
+    /// tokens do not show to be met, more near tokens than the pass collects, or a row
+    /// with no finite token: the stage runs through its own `apply` on the dense copy
+    /// instead, which also reports any error exactly as that path does.
+    fn run_xtc<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        let Some(rule) = self.xtc.take() else {
+            return self.run_dense(row, mask, goal);
+        };
+        let ctx = StageContext {
+            history: self.seq.view(),
+            seed: self.params.seed(),
+            step: self.seq.step(),
+        };
+        let r = if rule.probability <= 0.0 || ctx.uniform(crate::xtc::SALT) >= rule.probability {
+            self.run_in_place(row, mask, goal)
+        } else {
+            self.build_patches(row, mask);
+            match self.xtc_bans(row, &rule) {
+                Ok(true) => {
+                    let r = self.finish(row, row, None, goal);
+                    self.scratch.overlay.clear();
+                    r
+                }
+                Ok(false) | Err(_) => {
+                    self.scratch.overlay.clear();
+                    self.run_dense(row, mask, goal)
+                }
+            }
+        };
+        self.xtc = Some(rule);
+        r
+    }
+
+    /// Bans under `scratch.overlay` the tokens [`Xtc`](crate::Xtc) removes from `row`
+    /// (none when it removes none); false when the fast pass cannot decide (see
+    /// [`run_xtc`](Self::run_xtc)).
+    ///
+    /// The stage weighs each token `w = exp(l - max)` in `f64` and sums the weights in
+    /// id order: that total lies within `err + (n + 2) 2^-52 z` of the pass's mass `z`
+    /// (`err` the pass's bound; each `exp` within an ulp and `n` roundings of the sum).
+    /// Since rounding a quotient is monotone, `w / T` for every total `T` of the interval
+    /// lies between `w` divided by its ends, and a token is decided when both sides of
+    /// the threshold agree. A token the pass does not collect weighs less than
+    /// `threshold` against a total of at least 1, so it is neither above the threshold
+    /// nor heavier than the lightest token above it.
+    fn xtc_bans<T: Logit>(&mut self, row: &[T], rule: &XtcRule) -> Result<bool, Error> {
+        let s = &mut self.scratch;
+        let offset = rule.threshold.ln() - 1e-3;
+        if offset == f64::NEG_INFINITY {
+            // (A threshold of 0: every token.)
+            return Ok(false);
+        }
+        let marks = s.overlay.marked();
+        let (on, all) = crate::simd::online_collect(row, marks, offset, FLOOR_DIRECT, &mut s.cand);
+        if on.bad {
+            adjust::first_non_finite_of(row)?;
+        }
+        s.overlay.check()?;
+        let ov = &s.overlay;
+        let max = ov.patch.iter().fold(on.max, |m, p| m.max(p.1));
+        if !all || max == f32::NEG_INFINITY {
+            return Ok(false);
+        }
+        let above = crate::mass::collect_above(max, offset);
+        s.cand.retain(|c| c.0 >= above);
+        s.cand.extend(
+            ov.patch
+                .iter()
+                .filter(|p| p.1 >= above)
+                .map(|&(id, l)| (l, id)),
+        );
+        let weight = |l: f32| (f64::from(l) - f64::from(max)).exp();
+        let k = if on.max > f32::NEG_INFINITY {
+            weight(on.max)
+        } else {
+            0.0
+        };
+        let zp: f64 = ov.patch.iter().map(|p| weight(p.1)).sum();
+        let z = on.z * k + zp;
+        let u = crate::stats::U64;
+        let err = on.err * k * (1.0 + 8.0 * u) + 8.0 * u * z;
+        let err = err + z * (row.len() as f64 + 2.0) * 2.0 * u;
+        // (The ends, moved out by a few more ulps for their own roundings.)
+        let (lo, hi) = ((z - err) * (1.0 - 4.0 * u), (z + err) * (1.0 + 4.0 * u));
+        if lo.is_nan() || lo <= 0.0 {
+            return Ok(false);
+        }
+        let thr = rule.threshold;
+        let (mut n_above, mut least) = (0usize, f64::INFINITY);
+        for &(l, _) in &s.cand {
+            let w = weight(l);
+            let (p_lo, p_hi) = (w / hi, w / lo);
+            let yes = p_lo > thr || (!rule.strict && p_lo == thr);
+            let no = p_hi < thr || (rule.strict && p_hi == thr);
+            match (yes, no) {
+                (true, _) => {
+                    n_above += 1;
+                    least = least.min(w);
+                }
+                (false, true) => {}
+                (false, false) => return Ok(false),
+            }
+        }
+        if n_above < 2 {
+            return Ok(true);
+        }
+        let special = &rule.special;
+        let removed =
+            |&&(l, id): &&(f32, TokenId)| weight(l) > least && special.binary_search(&id).is_err();
+        let n_removed = s.cand.iter().filter(removed).count();
+        if n_removed == 0 {
+            return Ok(true);
+        }
+        // Every collected token has a positive weight: the stage counts at least these.
+        if s.cand.len() - n_removed < rule.keep {
+            return Ok(false);
+        }
+        for &(l, id) in &s.cand {
+            if weight(l) > least && special.binary_search(&id).is_err() {
+                s.overlay.ban(id);
+            }
+        }
+        Ok(true)
     }
 
     /// True when a floor stage's survivors can be left to the first cut group: the
@@ -2734,6 +2905,62 @@ mod tests {
                     FloorCut::Crowded { ln } => assert!(ln < 0.0, "{rule:?}: {ln}"),
                     FloorCut::Undecided => panic!("{rule:?}, scale {scale}: undecided"),
                 }
+            }
+        }
+    }
+
+    /// XTC first decides ordinary rows from the fast pass alone, and bans exactly the
+    /// tokens its own `apply` removes (`tests/floor_first.rs` checks whole chains).
+    #[test]
+    fn xtc_decides_ordinary_rows_from_the_fast_pass() {
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        for (n, scale, peaks) in [
+            (151_936usize, 2.0f32, &[16.0f32, 15.5, 15.0, 14.0][..]),
+            (151_936, 0.5, &[14.0, 13.9][..]),
+            (4_099, 3.0, &[8.0, 7.5, 6.5, 6.0, 5.0][..]),
+            (4_099, 3.0, &[][..]),
+        ] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
+            for (i, &p) in peaks.iter().enumerate() {
+                row[1 + 97 * i] = p;
+            }
+            for (threshold, special) in [(0.1f32, &[][..]), (0.05, &[98u32][..])] {
+                let stage = crate::Xtc::new(1.0, threshold)
+                    .unwrap()
+                    .special_tokens(special.iter().copied());
+                let mut chain = crate::Chain::builder(n)
+                    .stage(stage.clone())
+                    .stage(crate::Temperature::new(0.8).unwrap())
+                    .draw()
+                    .build()
+                    .unwrap();
+                let e = &mut chain.engine;
+                let rule = e.xtc.clone().expect("XTC first is planned as bans");
+                e.build_patches(&row[..], None);
+                assert_eq!(e.xtc_bans(&row[..], &rule), Ok(true), "{n}, {scale}");
+                let banned: Vec<TokenId> = (0..n as TokenId)
+                    .filter(|&id| e.scratch.overlay.is_patched(id))
+                    .collect();
+                e.scratch.overlay.clear();
+                let mut c = Candidates::new();
+                c.reset_dense(n);
+                c.logits_mut().copy_from_slice(&row);
+                let ctx = StageContext {
+                    history: e.seq.view(),
+                    seed: 0,
+                    step: 0,
+                };
+                let mut stage = stage;
+                stage.apply(&mut c, &ctx).unwrap();
+                let removed: Vec<TokenId> = (0..n as TokenId)
+                    .filter(|id| c.ids().binary_search(id).is_err())
+                    .collect();
+                assert_eq!(banned, removed, "{n}, {scale}, {threshold}");
+                assert_eq!(
+                    banned.is_empty(),
+                    peaks.len() < 2,
+                    "{n}, {scale}, {banned:?}"
+                );
             }
         }
     }

@@ -311,6 +311,18 @@ impl Overlay {
         &mut self.patch[s].1
     }
 
+    /// Bans token `id` by its mark, as [`ban_marks`](Self::ban_marks) bans a token a
+    /// mask disallows: its patch, if it has one, becomes `-inf`.
+    pub(crate) fn ban(&mut self, id: crate::TokenId) {
+        let i = id as usize;
+        if self.slot[i] == UNPATCHED {
+            self.marks[i / 32] |= 1 << (i % 32);
+            self.bulk = true;
+        } else {
+            self.patch[self.slot[i] as usize].1 = f32::NEG_INFINITY;
+        }
+    }
+
     /// Bans every token whose bit is clear in `allowed` (a mask's words) by its mark
     /// alone: a token the bias or a penalty patched gets `-inf` in its patch, the others
     /// get no patch. Every pass skips the marked tokens (see [`marked`](Self::marked)),

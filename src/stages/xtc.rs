@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::TokenId;
 
 /// The salt of XTC's coin in [`StageContext::uniform`].
-const SALT: u64 = 0x5854_4300; // "XTC\0"
+pub(crate) const SALT: u64 = 0x5854_4300; // "XTC\0"
 
 /// The XTC stage of a [`Chain`](crate::Chain): with probability `probability`, removes
 /// every token above `threshold` except the least likely of them.
@@ -126,6 +126,16 @@ impl Xtc {
 impl Stage for Xtc {
     fn name(&self) -> &'static str {
         "xtc"
+    }
+
+    fn lowering(&self) -> crate::chain::lower::Lowering {
+        crate::chain::lower::Lowering::Xtc(crate::chain::lower::XtcRule {
+            probability: self.probability.decimal,
+            threshold: self.threshold.decimal,
+            strict: self.strict,
+            keep: self.min_keep,
+            special: self.special.clone(),
+        })
     }
 
     fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
