@@ -237,8 +237,15 @@ fn chains(c: &mut Criterion) {
         bench_sampler(&mut g, "sampler_top_k_40", p, &row);
         bench_chain(&mut g, "chain_top_k_40", chain(vec![top_k(40)]), &row);
 
-        // The full-row stages, first and after top-k 40 (`chain_top_k_40` is the
-        // baseline of the latter).
+        // The full-row stages, first and after top-k 40 (`chain_temp_0.8`, the draw from
+        // the whole row, is the baseline of the stages that keep most of it, XTC's;
+        // `chain_top_k_40` that of the latter).
+        bench_chain(
+            &mut g,
+            "chain_temp_0.8",
+            chain(vec![temperature(0.8)]),
+            &row,
+        );
         for (name, stage, seed) in zoo() {
             let c = seeded_chain(vec![stage, temperature(0.8)], seed);
             bench_chain(&mut g, &format!("chain_{name}_temp_0.8"), c, &row);

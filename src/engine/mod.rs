@@ -141,6 +141,18 @@ enum Survivors {
     },
     /// Greedy: the argmax alone.
     Greedy(TokenId),
+    /// A draw from the whole adjusted row, decided among its best tokens: every token
+    /// survives; `scratch.cand[..n]` are the best ones in draw order, with weights
+    /// `scratch.weight[..n]` at the draw's temperature `t` against the maximum `max`;
+    /// `total` is the row's mass, and the draw is token `i` (see [`draw_from_best`]).
+    /// Only a draw at the end of the chain makes it.
+    Row {
+        i: usize,
+        n: usize,
+        total: f64,
+        max: f32,
+        t: f32,
+    },
 }
 
 /// How a chain ends.
@@ -1362,6 +1374,7 @@ impl Engine {
             Survivors::Greedy(id) => {
                 c.reset_sorted(std::iter::once((id_of(id), s.overlay.value(adj, id))), 1.0);
             }
+            Survivors::Row { .. } => unreachable!("only a draw at the chain's end"),
             Survivors::Prefix { n, .. } => {
                 c.reset_sorted(s.cand[..n].iter().map(|&(l, id)| (id_of(id), l)), t);
             }
@@ -1396,9 +1409,9 @@ impl Engine {
         if self.group < self.stages.len() {
             // Stages follow the first cut: they work on the set it leaves. (A precise cut
             // decides wherever the fast weights cannot.)
-            let survivors = match self.cut(adj, false)? {
+            let survivors = match self.cut(adj, false, None)? {
                 Some(survivors) => survivors,
-                None => self.cut(adj, true)?.ok_or(Error::NoCandidates)?,
+                None => self.cut(adj, true, None)?.ok_or(Error::NoCandidates)?,
             };
             let mut c = std::mem::take(&mut self.cands);
             self.survivors_into(adj, ids, survivors, &mut c);
@@ -1415,7 +1428,8 @@ impl Engine {
         // (The distribution is reported with the precise weights, so that it sums to 1.)
         let mut fast = matches!(goal, Goal::Draw(_));
         let (survivors, mut out) = loop {
-            let Some(survivors) = self.cut(adj, !fast)? else {
+            let draw_u = fast.then_some(u);
+            let Some(survivors) = self.cut(adj, !fast, draw_u)? else {
                 fast = false;
                 continue;
             };
@@ -1488,6 +1502,8 @@ impl Engine {
         let s = &mut self.scratch;
         match survivors {
             Survivors::Greedy(id) => Some(Survivors::Greedy(id)),
+            // (Weighed at the draw's temperature already.)
+            Survivors::Row { .. } => Some(survivors),
             Survivors::Prefix { n, .. } => {
                 let max = s.cand.first().map_or(f32::NEG_INFINITY, |c| c.0);
                 fill_weights(&s.cand[..n], max, t, &mut s.weight);
@@ -1596,6 +1612,7 @@ impl Engine {
         let survivors = settle_flat(s, survivors);
         match survivors {
             Survivors::Greedy(id) => out.push((id, 1.0)),
+            Survivors::Row { .. } => unreachable!("only a draw"),
             // (Settled into a prefix above.)
             Survivors::Flat { .. } => {}
             Survivors::Prefix { n, total } => out.extend(
@@ -1670,6 +1687,7 @@ impl Engine {
                 out.fill(none);
                 (n, total)
             }
+            Survivors::Row { .. } => unreachable!("only a draw"),
             // (Settled into a prefix above.)
             Survivors::Flat { .. } => {
                 out.fill(none);
@@ -1725,7 +1743,12 @@ impl Engine {
     ///
     /// `None` when `precise` is false and a top-p decision fell within the error bound of
     /// the fast weights.
-    fn cut<U: Logit>(&mut self, adj: &[U], precise: bool) -> Result<Option<Survivors>, Error> {
+    fn cut<U: Logit>(
+        &mut self,
+        adj: &[U],
+        precise: bool,
+        draw_u: Option<f64>,
+    ) -> Result<Option<Survivors>, Error> {
         let (floor_ln, p_dec) = (self.floor_ln, self.top_p);
         let t_draw = self.draw_temperature();
         let second_t = self.draw_temperature;
@@ -1773,6 +1796,13 @@ impl Engine {
             }
             let total = s.weight[..n].iter().sum();
             return Ok(Some(Survivors::Prefix { n, total }));
+        }
+        // A draw from the whole row: decided among its best tokens when the target lies
+        // there (a peaked row); otherwise the histogram below.
+        if let (Some(u), true, None, false) = (draw_u, top_p >= 1.0, ln_min, precise) {
+            if let Some(row) = draw_from_best(s, adj, t_draw, u)? {
+                return Ok(Some(row));
+            }
         }
         // Min-p alone on an untouched row: one pass finds the maximum and the tokens near
         // it; when they are few, sort them and cut exactly.
@@ -2091,6 +2121,10 @@ impl Engine {
     ) -> Option<Sample> {
         Some(match survivors {
             Survivors::Greedy(id) => Sample::new(id, 0.0),
+            Survivors::Row { i, total, .. } => {
+                let s = &self.scratch;
+                Sample::new(s.cand[i].1, (s.weight[i] / total).ln() as f32)
+            }
             Survivors::Prefix { n, total } => {
                 let s = &self.scratch;
                 let i = draw::inverse_cdf(&s.weight[..n], total, u);
@@ -2159,6 +2193,15 @@ impl Engine {
                 .iter()
                 .position(|&(_, c)| c == id)
                 .map_or(f32::NEG_INFINITY, |i| (s.weight[i] / total).ln() as f32),
+            Survivors::Row {
+                n, total, max, t, ..
+            } => {
+                let w = match s.cand[..n].iter().position(|&(_, c)| c == id) {
+                    Some(i) => s.weight[i],
+                    None => scaled(s.overlay.value(adj, id), max, t).exp(),
+                };
+                (w / total).ln() as f32
+            }
             Survivors::Flat {
                 total, frame, t, ..
             } => s
@@ -2536,9 +2579,21 @@ fn beyond_reach(
     top_p: f64,
     weight: &[f64],
 ) -> bool {
-    let (Some(&last), true) = (weight.last(), seeds.len() >= 64) else {
+    let (Some(&last), Some(rest)) = (weight.last(), mass_below(seeds, n, (max, floor), t)) else {
         return false;
     };
+    let c: f64 = weight.iter().sum();
+    let reach = c + NUCLEUS_MAX.saturating_sub(weight.len()) as f64 * last;
+    reach < 0.5 * top_p * (c + rest)
+}
+
+/// The selection seeds' estimate of the mass of the `n`-token row at or below the logit
+/// `floor` (see [`beyond_reach`]), at temperature `t` against `max`; `None` for fewer
+/// than 64 seeds.
+fn mass_below(seeds: &[f32], n: usize, (max, floor): (f32, f32), t: f32) -> Option<f64> {
+    if seeds.len() < 64 {
+        return None;
+    }
     // Every seed is an unmarked entry of the row, at most `max`; those at or above
     // `floor` are few, and taken back out.
     let all = crate::simd::row_mass(seeds, None, max, t, f32::INFINITY).0;
@@ -2547,10 +2602,75 @@ fn beyond_reach(
         .filter(|&&l| l >= floor)
         .map(|&l| scaled(l, max, t).exp())
         .sum();
-    let rest = (all - high).max(0.0) * n as f64 / n.div_ceil(adjust::BLOCK) as f64;
-    let c: f64 = weight.iter().sum();
-    let reach = c + NUCLEUS_MAX.saturating_sub(weight.len()) as f64 * last;
-    reach < 0.5 * top_p * (c + rest)
+    Some((all - high).max(0.0) * n as f64 / n.div_ceil(adjust::BLOCK) as f64)
+}
+
+/// A draw with uniform `u` from the whole adjusted row `adj` (under `s.overlay`) at
+/// temperature `t`, when the best tokens decide it: the best [`NUCLEUS`] tokens are
+/// selected (with a sample of the row), weighed in `f64`, and the row's mass below them
+/// taken by one vectorised pass with its bound, as top-p's cut does. The draw is the
+/// first token whose running weight, in draw order, passes `u` times the row's mass:
+/// it stands when the target keeps clear of both neighbouring running sums by the
+/// bound on the mass, the `f64` roundings of the sums and the product, and the
+/// weights' own rounding (as the histogram's draw counts them). `None`, for the
+/// histogram to decide, when the target lies beyond those tokens or within that
+/// margin, and without the mass pass when the selection's sample of the row shows the
+/// target far beyond them (a flat row; see [`mass_below`]).
+fn draw_from_best<U: Logit>(
+    s: &mut Scratch,
+    adj: &[U],
+    t: f32,
+    u: f64,
+) -> Result<Option<Survivors>, Error> {
+    let (keys, seeds, rest) = (&mut s.keys, &mut s.seeds, &mut s.rest);
+    rest.clear();
+    select::select_buffered(adj, NUCLEUS, &s.overlay, keys, seeds, &mut s.cand, rest)?;
+    let Some(&(max, _)) = s.cand.first() else {
+        return Err(Error::NoCandidates);
+    };
+    if max == f32::NEG_INFINITY {
+        return Err(Error::NoCandidates);
+    }
+    let floor = s.cand.last().map_or(max, |c| c.0);
+    fill_weights(&s.cand, max, t, &mut s.weight);
+    if let Some(rest) = mass_below(&s.seeds, adj.len(), (max, floor), t) {
+        // (As top-p's `beyond_reach`, with no more tokens to take.)
+        let c: f64 = s.weight.iter().sum();
+        if c < 0.5 * u * (c + rest) {
+            return Ok(None);
+        }
+    }
+    // The candidates above the floor with their `f64` weights; every other token at or
+    // below it: the row's unmarked ones with fast weights and their bound, the patches
+    // in `f64`.
+    let ov = &s.overlay;
+    let weight = |l: f32| scaled(l, max, t).exp();
+    let above: f64 = (s.cand.iter().zip(&s.weight))
+        .filter(|(c, _)| c.0 > floor)
+        .map(|(_, w)| w)
+        .sum();
+    let (zr, err) = crate::simd::row_mass(adj, ov.marked(), max, t, floor);
+    let zp: f64 = ov
+        .patch
+        .iter()
+        .filter(|p| p.1 <= floor)
+        .map(|p| weight(p.1))
+        .sum();
+    let z = above + zr + zp;
+    // (The bound is to the exact exponentials: each `f64` weight is within 2^-52 of its
+    // own, and every sum of the row's terms within `draw::margin`.)
+    let terms = adj.len() + s.cand.len();
+    let margin = u * err + draw::margin(terms, z) + 4.0 * f64::EPSILON * z;
+    match nucleus::crossing(&s.weight, 0.0, u * z, margin) {
+        nucleus::Crossing::At(n) => Ok(Some(Survivors::Row {
+            i: n - 1,
+            n: s.cand.len(),
+            total: z,
+            max,
+            t,
+        })),
+        nucleus::Crossing::Short | nucleus::Crossing::Undecided => Ok(None),
+    }
 }
 
 /// How many of the leading candidates `cand` (in [`select::order`]) min-p keeps: those
@@ -2962,6 +3082,37 @@ mod tests {
                     "{n}, {scale}, {banned:?}"
                 );
             }
+        }
+    }
+
+    /// A draw from the whole row is decided among the best tokens when they hold the
+    /// target (a peaked row), and left to the histogram when the sample shows it beyond
+    /// them (a flat row); `tests/exact_draw.rs` checks the tokens at the boundaries.
+    #[test]
+    fn a_peaked_row_draws_from_its_best_tokens() {
+        let mut x = 0x5eed_1234_abcd_0001u64;
+        let n = 151_936;
+        let mut peaked = crate::test_rows::uniform_row(&mut x, n, 2.0, 101, 7);
+        for (i, p) in [14.0f32, 13.0, 12.5, 12.0].into_iter().enumerate() {
+            peaked[3 + 1000 * i] = p;
+        }
+        let flat = crate::test_rows::uniform_row(&mut x, n, 0.5, 101, 7);
+        let mut s = Scratch::new(n, SPARSE_MAX).unwrap();
+        for u in [0.0001, 0.3, 0.6, 0.9] {
+            match draw_from_best(&mut s, &peaked[..], 1.0, u) {
+                Ok(Some(Survivors::Row { i, n: m, .. })) => {
+                    assert!(i < 4 && m == NUCLEUS, "{u}: {i}, {m}");
+                    assert_eq!(s.cand[i].1 as usize, 3 + 1000 * i);
+                }
+                other => panic!("{u}: {other:?}"),
+            }
+            // (The best tokens of the flat row hold 0.7% of its mass.)
+            let flat_draw = draw_from_best(&mut s, &flat[..], 1.0, u);
+            assert_eq!(
+                matches!(flat_draw, Ok(None)),
+                u > 0.01,
+                "{u}: {flat_draw:?}"
+            );
         }
     }
 
