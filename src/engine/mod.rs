@@ -43,6 +43,8 @@ const NUCLEUS: usize = 1024;
 /// The most candidates that path selects before it leaves a large nucleus to the
 /// histogram.
 const NUCLEUS_MAX: usize = 4096;
+/// Candidates a draw from the whole row selects first (see [`draw_from_best`]).
+const DRAW_BEST: usize = 256;
 
 /// The one-pass min-p path gives up after collecting more than this many tokens near
 /// the running maximum (on a crowded row it would read the rest entry by entry), for
@@ -1797,13 +1799,6 @@ impl Engine {
             let total = s.weight[..n].iter().sum();
             return Ok(Some(Survivors::Prefix { n, total }));
         }
-        // A draw from the whole row: decided among its best tokens when the target lies
-        // there (a peaked row); otherwise the histogram below.
-        if let (Some(u), true, None, false) = (draw_u, top_p >= 1.0, ln_min, precise) {
-            if let Some(row) = draw_from_best(s, adj, t_draw, u)? {
-                return Ok(Some(row));
-            }
-        }
         // Min-p alone on an untouched row: one pass finds the maximum and the tokens near
         // it; when they are few, sort them and cut exactly.
         let near_cap = if precise { MIN_P_DIRECT } else { MIN_P_NEAR };
@@ -1850,6 +1845,14 @@ impl Engine {
         // within them; if it does not, more tokens while their number stays below
         // `NUCLEUS_MAX`.
         let mut known_max = None;
+        // A draw from the whole row: decided among its best tokens when the target lies
+        // there (a peaked row); otherwise the histogram below, from their maximum.
+        if let (Some(u), true, None, false) = (draw_u, top_p >= 1.0, ln_min, precise) {
+            match draw_from_best(s, adj, t_draw, u)? {
+                BestDraw::Drawn(row) => return Ok(Some(row)),
+                BestDraw::Histogram { max } => known_max = Some(max),
+            }
+        }
         if top_p < 1.0 && keep <= NUCLEUS_MAX {
             let mut cap = keep.max(NUCLEUS);
             let mut mass = None;
@@ -1960,8 +1963,8 @@ impl Engine {
         // No top-k: the histogram.
         let ov = &s.overlay;
         let max = match known_max {
-            // The best of top-p's candidates, whose selection checked the row and the
-            // patches: the adjusted row's maximum.
+            // The best of top-p's candidates (or the draw's), whose selection checked
+            // the row and the patches: the adjusted row's maximum.
             Some(max) => max,
             None => adjusted_max(adj, ov)?,
         };
@@ -2612,19 +2615,14 @@ fn mass_below(seeds: &[f32], n: usize, (max, floor): (f32, f32), t: f32) -> Opti
 /// first token whose running weight, in draw order, passes `u` times the row's mass:
 /// it stands when the target keeps clear of both neighbouring running sums by the
 /// bound on the mass, the `f64` roundings of the sums and the product, and the
-/// weights' own rounding (as the histogram's draw counts them). `None`, for the
-/// histogram to decide, when the target lies beyond those tokens or within that
-/// margin, and without the mass pass when the selection's sample of the row shows the
-/// target far beyond them (a flat row; see [`mass_below`]).
-fn draw_from_best<U: Logit>(
-    s: &mut Scratch,
-    adj: &[U],
-    t: f32,
-    u: f64,
-) -> Result<Option<Survivors>, Error> {
+/// weights' own rounding (as the histogram's draw counts them). Left to the histogram
+/// when the target lies beyond those tokens or within that margin, and without the
+/// mass pass when the selection's sample of the row shows the target beyond them (a
+/// flat row; see [`mass_below`]).
+fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Result<BestDraw, Error> {
     let (keys, seeds, rest) = (&mut s.keys, &mut s.seeds, &mut s.rest);
     rest.clear();
-    select::select_buffered(adj, NUCLEUS, &s.overlay, keys, seeds, &mut s.cand, rest)?;
+    select::select_buffered(adj, DRAW_BEST, &s.overlay, keys, seeds, &mut s.cand, rest)?;
     let Some(&(max, _)) = s.cand.first() else {
         return Err(Error::NoCandidates);
     };
@@ -2634,10 +2632,11 @@ fn draw_from_best<U: Logit>(
     let floor = s.cand.last().map_or(max, |c| c.0);
     fill_weights(&s.cand, max, t, &mut s.weight);
     if let Some(rest) = mass_below(&s.seeds, adj.len(), (max, floor), t) {
-        // (As top-p's `beyond_reach`, with no more tokens to take.)
+        // The estimate places the target beyond the candidates: the mass pass would
+        // most likely be wasted.
         let c: f64 = s.weight.iter().sum();
-        if c < 0.5 * u * (c + rest) {
-            return Ok(None);
+        if c < u * (c + rest) {
+            return Ok(BestDraw::Histogram { max });
         }
     }
     // The candidates above the floor with their `f64` weights; every other token at or
@@ -2661,16 +2660,26 @@ fn draw_from_best<U: Logit>(
     // own, and every sum of the row's terms within `draw::margin`.)
     let terms = adj.len() + s.cand.len();
     let margin = u * err + draw::margin(terms, z) + 4.0 * f64::EPSILON * z;
-    match nucleus::crossing(&s.weight, 0.0, u * z, margin) {
-        nucleus::Crossing::At(n) => Ok(Some(Survivors::Row {
+    Ok(match nucleus::crossing(&s.weight, 0.0, u * z, margin) {
+        nucleus::Crossing::At(n) => BestDraw::Drawn(Survivors::Row {
             i: n - 1,
             n: s.cand.len(),
             total: z,
             max,
             t,
-        })),
-        nucleus::Crossing::Short | nucleus::Crossing::Undecided => Ok(None),
-    }
+        }),
+        nucleus::Crossing::Short | nucleus::Crossing::Undecided => BestDraw::Histogram { max },
+    })
+}
+
+/// What [`draw_from_best`] leaves.
+#[derive(Debug)]
+enum BestDraw {
+    /// The draw, decided.
+    Drawn(Survivors),
+    /// Left to the histogram; `max` is the adjusted row's maximum (the selection checked
+    /// the row and the patches).
+    Histogram { max: f32 },
 }
 
 /// How many of the leading candidates `cand` (in [`select::order`]) min-p keeps: those
@@ -3100,8 +3109,8 @@ mod tests {
         let mut s = Scratch::new(n, SPARSE_MAX).unwrap();
         for u in [0.0001, 0.3, 0.6, 0.9] {
             match draw_from_best(&mut s, &peaked[..], 1.0, u) {
-                Ok(Some(Survivors::Row { i, n: m, .. })) => {
-                    assert!(i < 4 && m == NUCLEUS, "{u}: {i}, {m}");
+                Ok(BestDraw::Drawn(Survivors::Row { i, n: m, .. })) => {
+                    assert!(i < 4 && m == DRAW_BEST, "{u}: {i}, {m}");
                     assert_eq!(s.cand[i].1 as usize, 3 + 1000 * i);
                 }
                 other => panic!("{u}: {other:?}"),
@@ -3109,7 +3118,7 @@ mod tests {
             // (The best tokens of the flat row hold 0.7% of its mass.)
             let flat_draw = draw_from_best(&mut s, &flat[..], 1.0, u);
             assert_eq!(
-                matches!(flat_draw, Ok(None)),
+                matches!(flat_draw, Ok(BestDraw::Histogram { .. })),
                 u > 0.01,
                 "{u}: {flat_draw:?}"
             );

@@ -83,8 +83,10 @@ impl Scratch {
             hist_mass: vec![0.0; crate::histogram::SLOTS],
             hist_mass2: vec![0.0; 2 * crate::histogram::SLOTS],
             hist_second: None,
-            keys: Vec::new(),
-            rest: Vec::new(),
+            // (The selection's keys are distinct tokens, unmarked entries or patches: at
+            // most the vocabulary, so no step grows them, whatever its `k`.)
+            keys: with_capacity(vocab_size)?,
+            rest: with_capacity(vocab_size)?,
         };
         counts.resize(vocab_size, 0);
         Ok(Scratch { counts, ..s })
