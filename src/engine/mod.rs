@@ -801,7 +801,7 @@ impl Engine {
         mask: Option<&TokenMask>,
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
-        let Some(rule) = self.xtc.take() else {
+        let Some(probability) = self.xtc.as_ref().map(|rule| rule.probability) else {
             return self.run_dense(row, mask, goal);
         };
         let ctx = StageContext {
@@ -809,24 +809,21 @@ impl Engine {
             seed: self.params.seed(),
             step: self.seq.step(),
         };
-        let r = if rule.probability <= 0.0 || ctx.uniform(crate::xtc::SALT) >= rule.probability {
-            self.run_in_place(row, mask, goal)
-        } else {
-            self.build_patches(row, mask);
-            match self.xtc_bans(row, &rule) {
-                Ok(true) => {
-                    let r = self.finish(row, row, None, goal);
-                    self.scratch.overlay.clear();
-                    r
-                }
-                Ok(false) | Err(_) => {
-                    self.scratch.overlay.clear();
-                    self.run_dense(row, mask, goal)
-                }
+        if probability <= 0.0 || ctx.uniform(crate::xtc::SALT) >= probability {
+            return self.run_in_place(row, mask, goal);
+        }
+        self.build_patches(row, mask);
+        match self.xtc_bans(row) {
+            Ok(true) => {
+                let r = self.finish(row, row, None, goal);
+                self.scratch.overlay.clear();
+                r
             }
-        };
-        self.xtc = Some(rule);
-        r
+            Ok(false) | Err(_) => {
+                self.scratch.overlay.clear();
+                self.run_dense(row, mask, goal)
+            }
+        }
     }
 
     /// Bans under `scratch.overlay` the tokens [`Xtc`](crate::Xtc) removes from `row`
@@ -841,8 +838,10 @@ impl Engine {
     /// the threshold agree. A token the pass does not collect weighs less than
     /// `threshold` against a total of at least 1, so it is neither above the threshold
     /// nor heavier than the lightest token above it.
-    fn xtc_bans<T: Logit>(&mut self, row: &[T], rule: &XtcRule) -> Result<bool, Error> {
-        let s = &mut self.scratch;
+    fn xtc_bans<T: Logit>(&mut self, row: &[T]) -> Result<bool, Error> {
+        let (s, Some(rule)) = (&mut self.scratch, self.xtc.as_ref()) else {
+            return Ok(false);
+        };
         let offset = rule.threshold.ln() - 1e-3;
         if offset == f64::NEG_INFINITY {
             // (A threshold of 0: every token.)
@@ -3064,9 +3063,9 @@ mod tests {
                     .build()
                     .unwrap();
                 let e = &mut chain.engine;
-                let rule = e.xtc.clone().expect("XTC first is planned as bans");
+                assert!(e.xtc.is_some(), "XTC first is planned as bans");
                 e.build_patches(&row[..], None);
-                assert_eq!(e.xtc_bans(&row[..], &rule), Ok(true), "{n}, {scale}");
+                assert_eq!(e.xtc_bans(&row[..]), Ok(true), "{n}, {scale}");
                 let banned: Vec<TokenId> = (0..n as TokenId)
                     .filter(|&id| e.scratch.overlay.is_patched(id))
                     .collect();
