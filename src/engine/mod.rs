@@ -1845,8 +1845,10 @@ impl Engine {
         // `NUCLEUS_MAX`.
         let mut known_max = None;
         // A draw from the whole row: decided among its best tokens when the target lies
-        // there (a peaked row); otherwise the histogram below, from their maximum.
-        if let (Some(u), true, None, false) = (draw_u, top_p >= 1.0, ln_min, precise) {
+        // there (a peaked row); otherwise the histogram below, from their maximum. (At a
+        // temperature the `f32` weights do not hold, the histogram's own paths.)
+        let whole_row = top_p >= 1.0 && histogram::f32_weights_hold(t_draw);
+        if let (Some(u), true, None, false) = (draw_u, whole_row, ln_min, precise) {
             match draw_from_best(s, adj, t_draw, u)? {
                 BestDraw::Drawn(row) => return Ok(Some(row)),
                 BestDraw::Histogram { max } => known_max = Some(max),
