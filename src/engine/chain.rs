@@ -154,6 +154,8 @@ pub(crate) mod lower {
         pub keep: usize,
         /// The tokens never removed, sorted.
         pub special: Vec<TokenId>,
+        /// The salt of the coin's [`StageContext::uniform`](crate::StageContext::uniform).
+        pub salt: u64,
     }
 
     /// The stages that keep every token at or above a floor computed from the whole

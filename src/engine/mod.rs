@@ -801,7 +801,7 @@ impl Engine {
         mask: Option<&TokenMask>,
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
-        let Some(probability) = self.xtc.as_ref().map(|rule| rule.probability) else {
+        let Some((probability, salt)) = self.xtc.as_ref().map(|r| (r.probability, r.salt)) else {
             return self.run_dense(row, mask, goal);
         };
         let ctx = StageContext {
@@ -809,7 +809,7 @@ impl Engine {
             seed: self.params.seed(),
             step: self.seq.step(),
         };
-        if probability <= 0.0 || ctx.uniform(crate::xtc::SALT) >= probability {
+        if probability <= 0.0 || ctx.uniform(salt) >= probability {
             return self.run_in_place(row, mask, goal);
         }
         self.build_patches(row, mask);

@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::TokenId;
 
 /// The salt of XTC's coin in [`StageContext::uniform`].
-pub(crate) const SALT: u64 = 0x5854_4300; // "XTC\0"
+const SALT: u64 = 0x5854_4300; // "XTC\0"
 
 /// The XTC stage of a [`Chain`](crate::Chain): with probability `probability`, removes
 /// every token above `threshold` except the least likely of them.
@@ -135,6 +135,7 @@ impl Stage for Xtc {
             strict: self.strict,
             keep: self.min_keep,
             special: self.special.clone(),
+            salt: SALT,
         })
     }
 
