@@ -2309,12 +2309,10 @@ fn softmax_in<T: Logit>(
         // Each span's weights, relative to its running maximum, times
         // `exp((used - max) / T) / Z` rounded once to `f32` (as `1 / Z` was).
         let len = crate::mass::span_len(row.len());
-        let mut factors = [0.0f32; crate::mass::SPANS];
-        let spans = row.len().div_ceil(len);
-        for (k, &u) in factors[..spans].iter_mut().zip(&used) {
-            *k = (weight(u) / z) as f32;
+        for (o, &u) in out.chunks_mut(len).zip(&used) {
+            let k = (weight(u) / z) as f32;
+            o.iter_mut().for_each(|x| *x *= k);
         }
-        crate::simd::scale_spans(out, len, &factors);
         for &(id, l) in &ov.patch {
             out[id as usize] = probability(weight(l), z, false);
         }

@@ -321,17 +321,6 @@ pub(crate) fn span_len(n: usize) -> usize {
     n.div_ceil(SPANS).next_multiple_of(BLOCK).max(64 * BLOCK)
 }
 
-/// Multiplies the entries of span `s` of `out` (spans of `len` entries) by
-/// `factors[s]`: one rounding per entry, so every SIMD level writes the same values.
-/// Always inlined, so that [`simd::scale_spans`](crate::simd::scale_spans) can compile
-/// it for wider vectors.
-#[inline(always)]
-pub(crate) fn scale_spans(out: &mut [f32], len: usize, factors: &[f32; SPANS]) {
-    for (o, &k) in out.chunks_mut(len).zip(factors) {
-        o.iter_mut().for_each(|x| *x *= k);
-    }
-}
-
 /// The maximum of the entries of `span` that `marks` leaves unmarked (`-inf` if none),
 /// adding every entry, marked or not, to the lane sums `check`: they turn NaN or `+inf`
 /// once a NaN or a `+inf` is seen (see [`max_checked`](crate::adjust::max_checked)).

@@ -181,33 +181,6 @@ macro_rules! dispatch {
     };
 }
 
-/// [`mass::scale_spans`], on the widest vectors the CPU has (the same products on
-/// every level).
-pub(crate) fn scale_spans(out: &mut [f32], len: usize, factors: &[f32; mass::SPANS]) {
-    match level() {
-        // SAFETY: `level` found the CPU supports every instruction set the function is
-        // compiled with (AVX-512 F, BW and VL, and FMA).
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx512 => unsafe { scale_spans_avx512(out, len, factors) },
-        // SAFETY: as above, for AVX2 and FMA.
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => unsafe { scale_spans_avx2(out, len, factors) },
-        Level::Portable => mass::scale_spans(out, len, factors),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn scale_spans_avx2(out: &mut [f32], len: usize, factors: &[f32; mass::SPANS]) {
-    mass::scale_spans(out, len, factors)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
-fn scale_spans_avx512(out: &mut [f32], len: usize, factors: &[f32; mass::SPANS]) {
-    mass::scale_spans(out, len, factors)
-}
-
 dispatch!(
     /// [`histogram::build`], on the widest vectors the CPU has.
     build, build_avx2, build_avx512, histogram::build,
