@@ -912,10 +912,8 @@ impl Engine {
         if s.cand.len() - n_removed < rule.keep {
             return Ok(false);
         }
-        for &(l, id) in &s.cand {
-            if weight(l) > least && special.binary_search(&id).is_err() {
-                s.overlay.ban(id);
-            }
+        for &(_, id) in s.cand.iter().filter(removed) {
+            s.overlay.ban(id);
         }
         Ok(true)
     }
@@ -1895,17 +1893,7 @@ impl Engine {
                         let zp: f64 = ov.patch.iter().map(weight).sum();
                         return (z + zp, 0.0);
                     }
-                    // The candidates above the floor have their exact weights already;
-                    // every other token lies at or below it: the row's unmarked ones
-                    // with fast weights, whose bound is then in proportion to the mass
-                    // below the candidates only, and the patches in `f64`.
-                    let above: f64 = (s.cand.iter().zip(&s.weight))
-                        .filter(|(c, _)| c.0 > floor)
-                        .map(|(_, w)| w)
-                        .sum();
-                    let (zr, err) = crate::simd::row_mass(adj, ov.marked(), max, t, floor);
-                    let zp: f64 = ov.patch.iter().filter(|p| p.1 <= floor).map(weight).sum();
-                    let z = above + zr + zp;
+                    let (z, err) = mass_with_candidates(s, adj, max, t, floor);
                     // (With the rounding of the `f64` weights and sums, and that of the
                     // precise `Z` that decides again when this bound is not enough.)
                     (z, err + z * 1e-11)
@@ -2610,9 +2598,10 @@ fn mass_below(seeds: &[f32], n: usize, (max, floor): (f32, f32), t: f32) -> Opti
 }
 
 /// A draw with uniform `u` from the whole adjusted row `adj` (under `s.overlay`) at
-/// temperature `t`, when the best tokens decide it: the best [`NUCLEUS`] tokens are
+/// temperature `t`, when the best tokens decide it: the best [`DRAW_BEST`] tokens are
 /// selected (with a sample of the row), weighed in `f64`, and the row's mass below them
-/// taken by one vectorised pass with its bound, as top-p's cut does. The draw is the
+/// taken by one vectorised pass with its bound ([`mass_with_candidates`], as top-p's cut
+/// does). The draw is the
 /// first token whose running weight, in draw order, passes `u` times the row's mass:
 /// it stands when the target keeps clear of both neighbouring running sums by the
 /// bound on the mass, the `f64` roundings of the sums and the product, and the
@@ -2640,23 +2629,7 @@ fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Resul
             return Ok(BestDraw::Histogram { max });
         }
     }
-    // The candidates above the floor with their `f64` weights; every other token at or
-    // below it: the row's unmarked ones with fast weights and their bound, the patches
-    // in `f64`.
-    let ov = &s.overlay;
-    let weight = |l: f32| scaled(l, max, t).exp();
-    let above: f64 = (s.cand.iter().zip(&s.weight))
-        .filter(|(c, _)| c.0 > floor)
-        .map(|(_, w)| w)
-        .sum();
-    let (zr, err) = crate::simd::row_mass(adj, ov.marked(), max, t, floor);
-    let zp: f64 = ov
-        .patch
-        .iter()
-        .filter(|p| p.1 <= floor)
-        .map(|p| weight(p.1))
-        .sum();
-    let z = above + zr + zp;
+    let (z, err) = mass_with_candidates(s, adj, max, t, floor);
     // (The bound is to the exact exponentials: each `f64` weight is within 2^-52 of its
     // own, and every sum of the row's terms within `draw::margin`.)
     let terms = adj.len() + s.cand.len();
@@ -2671,6 +2644,32 @@ fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Resul
         }),
         nucleus::Crossing::Short | nucleus::Crossing::Undecided => BestDraw::Histogram { max },
     })
+}
+
+/// The mass of the adjusted row `adj` (under `s.overlay`) at temperature `t` against
+/// `max`, and the bound on its error, when `s.cand` holds its best tokens down to the
+/// logit `floor` with their `f64` weights in `s.weight`: those above the floor count
+/// with those weights; every other token lies at or below it, the row's unmarked ones
+/// with the fast weights of one vectorised pass (whose bound is then in proportion to
+/// the mass below the candidates only) and the patches in `f64`. Top-p's cut and the
+/// whole-row draw share it.
+fn mass_with_candidates<U: Logit>(
+    s: &Scratch,
+    adj: &[U],
+    max: f32,
+    t: f32,
+    floor: f32,
+) -> (f64, f64) {
+    let ov = &s.overlay;
+    let above: f64 = (s.cand.iter().zip(&s.weight))
+        .filter(|(c, _)| c.0 > floor)
+        .map(|(_, w)| w)
+        .sum();
+    let (zr, err) = crate::simd::row_mass(adj, ov.marked(), max, t, floor);
+    let zp: f64 = (ov.patch.iter().filter(|p| p.1 <= floor))
+        .map(|p| scaled(p.1, max, t).exp())
+        .sum();
+    (above + zr + zp, err)
 }
 
 /// What [`draw_from_best`] leaves.
