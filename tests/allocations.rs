@@ -688,3 +688,30 @@ fn warm_flat_min_p_does_not_allocate() {
         assert_eq!(n, 0, "chain, mask {}", mask.is_some());
     }
 }
+
+/// Typical-p as the first stage, on the row in place: its survivors collected on a peaked
+/// row, bans and a floor on a flat one, with and without a mask.
+#[test]
+fn warm_typical_p_first_does_not_allocate() {
+    let mut mask = TokenMask::new_empty(V);
+    for id in (0..V as u32).filter(|id| id % 3 != 0) {
+        mask.allow(id).unwrap();
+    }
+    for (shape, row) in [("peaked", row()), ("flat", flat_row())] {
+        for mask in [None, Some(&mask)] {
+            let mut c = Chain::builder(V)
+                .stage(TypicalP::new(0.95).unwrap())
+                .stage(Temperature::new(0.8).unwrap())
+                .draw()
+                .build()
+                .unwrap();
+            let mut u = 0.0;
+            let n = counted(|| {
+                u = (u + 0.377) % 1.0;
+                c.sample_with_uniform(&row, mask, u).unwrap();
+                c.reset();
+            });
+            assert_eq!(n, 0, "{shape}, mask {}", mask.is_some());
+        }
+    }
+}

@@ -1,7 +1,8 @@
-//! Epsilon, eta, top-n-sigma, mirostat v2 and XTC as the first stage of a chain run on the
-//! row in place: a vectorised statistic bounds their floor (XTC: the row's mass against
-//! which the tokens near the maximum are compared with its threshold), and the stage's
-//! own `f64` code decides only when a token lies within that bound. These tests run each chain twice, once as built
+//! Epsilon, eta, top-n-sigma, mirostat v2, XTC and typical-p as the first stage of a chain
+//! run on the row in place: a vectorised statistic bounds their floor (XTC: the row's mass
+//! against which the tokens near the maximum are compared with its threshold; typical-p:
+//! the centre from which it measures its distances), and the stage's own `f64` code
+//! decides only when a token lies within that bound. These tests run each chain twice, once as built
 //! and once with the stage wrapped in a user stage (which the engine can only run
 //! through `apply`, on the dense copy of the row), and require the same kept tokens in
 //! the same order, the same probabilities, the same tokens for a set of uniforms and the
@@ -14,7 +15,7 @@
 use logits::half::{bf16, f16};
 use logits::{
     Chain, EpsilonCutoff, EtaCutoff, Logit, LogitBias, MirostatV2, Penalties, Stage, Temperature,
-    TokenId, TokenMask, TopK, TopNSigma, Xtc,
+    TokenId, TokenMask, TopK, TopNSigma, TypicalP, Xtc,
 };
 use proptest::prelude::*;
 
@@ -32,6 +33,8 @@ enum Rule {
     Mirostat(f32),
     /// Probability, threshold, strict, `min_keep`, special tokens 0 and 1.
     Xtc(f32, f32, bool, usize, bool),
+    /// Mass, `min_keep`.
+    Typical(f32, usize),
 }
 
 fn stage(rule: Rule) -> Box<dyn Stage> {
@@ -47,6 +50,7 @@ fn stage(rule: Rule) -> Box<dyn Stage> {
                 .min_keep(k);
             Box::new(if special { x.special_tokens([0, 1]) } else { x })
         }
+        Rule::Typical(m, k) => Box::new(TypicalP::new(m).unwrap().min_keep(k)),
     }
 }
 
@@ -66,7 +70,7 @@ struct Case {
 fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
     (
         (len, 0u8..7, any::<u64>()),
-        (0u8..5, 0usize..5, 0u8..9),
+        (0u8..6, 0usize..5, 0u8..9),
         (0u8..3, any::<bool>(), any::<bool>(), 0u8..3, 0u8..3),
     )
         .prop_map(
@@ -86,9 +90,13 @@ fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
                         [1, 1, 2, 3, 60][keep],
                         seed % 7 < 2,
                     ),
-                    _ => {
+                    4 => {
                         Rule::Sigma([0.1f32, 0.5, 1.0, 1.5, 2.0, 3.0, 0.01, 4.0, 1e-3][p as usize])
                     }
+                    _ => Rule::Typical(
+                        [0.05f32, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99, 0.999, 1.0][p as usize],
+                        [1, 1, 2, 3, 60][keep],
+                    ),
                 };
                 let mut r = Mix(seed ^ 0x5151);
                 let history = (0..8).map(|_| (r.next() % n as u64) as TokenId).collect();
@@ -282,6 +290,26 @@ fn tokens_on_the_floor_are_decided_exactly() {
         ),
         (vec![3.0; 64], Rule::Xtc(1.0, 1.0 / 64.0, false, 1, false)),
         (vec![3.0; 4], Rule::Xtc(1.0, 0.25, false, 3, true)),
+        // Typical-p on probabilities of powers of two, whose running weights reach the
+        // target exactly at the cut; and on equal logits, every distance 0.
+        (
+            vec![ln(0.5), ln(0.25), ln(0.125), ln(0.125)],
+            Rule::Typical(0.25, 1),
+        ),
+        (
+            vec![ln(0.5), ln(0.25), ln(0.125), ln(0.125)],
+            Rule::Typical(0.5, 1),
+        ),
+        (
+            vec![ln(0.5), ln(0.25), ln(0.125), ln(0.125)],
+            Rule::Typical(0.75, 1),
+        ),
+        (
+            vec![ln(0.5), ln(0.25), ln(0.125), ln(0.125)],
+            Rule::Typical(0.875, 2),
+        ),
+        (vec![3.0; 64], Rule::Typical(0.5, 1)),
+        (vec![3.0; 64], Rule::Typical(0.5, 60)),
     ];
     for (row, rule) in cases {
         for tail in 0..3 {
@@ -379,6 +407,87 @@ fn xtc_tokens_at_the_threshold_are_decided_exactly() {
     }
 }
 
+/// Typical-p's centre (as a logit) on `row` and the token at which the running weight,
+/// in order of distance from it, reaches `mass` of the total: plain `f64`, to place
+/// tokens near the cut (the chains' own comparison decides the test).
+fn typical_geometry(row: &[f32], mass: f64) -> (f64, usize) {
+    let m = f64::from(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+    let w: Vec<f64> = row.iter().map(|&l| (f64::from(l) - m).exp()).collect();
+    let z: f64 = w.iter().sum();
+    let mean: f64 = row.iter().zip(&w).map(|(&l, &w)| w * f64::from(l)).sum();
+    let c = mean / z;
+    let d = |i: usize| (f64::from(row[i]) - c).abs();
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| d(a).total_cmp(&d(b)).then(a.cmp(&b)));
+    let mut acc = 0.0;
+    for &i in &order {
+        acc += w[i];
+        if acc >= mass * z {
+            return (c, i);
+        }
+    }
+    unreachable!("the running weight reaches the total")
+}
+
+/// A token is moved, in steps far finer than the bound on the fast centre, through the
+/// point where its distance from typical-p's centre equals that of the token at the
+/// cut, on the other side of the centre: the two swap places in the stage's order there,
+/// and the fast path must leave every step it cannot order to the stage.
+#[test]
+fn typical_p_tokens_tied_at_the_cut_are_decided_exactly() {
+    let n = 3_000;
+    for (mass, seed) in [(0.5f32, 1u64), (0.9, 2), (0.95, 3)] {
+        let mut r = Mix(0x7197 + seed);
+        let mut row: Vec<f32> = (0..n)
+            .map(|_| -6.0 + 4.0 * (r.next() % 1_000_000) as f32 / 1e6)
+            .collect();
+        row[0] = 2.0;
+        row[1] = 1.0;
+        let m = logits::as_decimal(mass);
+        let (c, k) = typical_geometry(&row, m);
+        let side = (f64::from(row[k]) - c).signum();
+        // The token nearest the mirror image of the cut's token, moved onto it, and the
+        // whole row shifted so that the image lies at 0, where `f32` steps are finest.
+        let j = (2..n)
+            .filter(|&i| i != k)
+            .min_by(|&a, &b| {
+                let image = c - side * (f64::from(row[k]) - c).abs();
+                let e = |i: usize| (f64::from(row[i]) - image).abs();
+                e(a).total_cmp(&e(b))
+            })
+            .unwrap();
+        for _ in 0..8 {
+            let (c, _) = typical_geometry(&row, m);
+            let image = c - side * (f64::from(row[k]) - c).abs();
+            for l in row.iter_mut() {
+                *l = (f64::from(*l) - image) as f32;
+            }
+            row[j] = 0.0;
+        }
+        let cut = typical_geometry(&row, m).1;
+        assert!(
+            cut == k || cut == j,
+            "the cut at token {k} or {j}, not {cut}"
+        );
+        for step in -40..=40 {
+            row[j] = step as f32 * 2.5e-8;
+            for tail in [0, 2] {
+                let c = Case {
+                    row: row.clone(),
+                    rule: Rule::Typical(mass, 1),
+                    tail,
+                    bias: false,
+                    penalties: false,
+                    history: Vec::new(),
+                    mask: None,
+                    dtype: 0,
+                };
+                check(&c).unwrap_or_else(|e| panic!("{mass}, token {j} at {}: {e}", row[j]));
+            }
+        }
+    }
+}
+
 /// NaN, `+inf`, a mask that allows nothing: the same error either way.
 #[test]
 fn errors_are_those_of_the_dense_path() {
@@ -394,6 +503,7 @@ fn errors_are_those_of_the_dense_path() {
             Rule::Sigma(1.0),
             Rule::Mirostat(3.0),
             Rule::Xtc(1.0, 0.1, false, 1, false),
+            Rule::Typical(0.9, 1),
         ] {
             let c = Case {
                 row: row.clone(),

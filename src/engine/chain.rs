@@ -172,13 +172,19 @@ pub(crate) mod lower {
         /// [`MirostatV2`](crate::MirostatV2) at its current `2^-mu`: the tokens with
         /// `w >= total * cut`, or else the lowest-id best token alone.
         Mirostat { cut: f64 },
+        /// [`TypicalP`](crate::TypicalP) below a mass of 1, read as the decimal it was
+        /// written as: the tokens within a distance of the entropy, an interval of
+        /// logits, whose floor and ceiling the whole row decides.
+        Typical { mass: f64, keep: usize },
     }
 
     impl Floor {
         /// The stage's `min_keep`.
         pub fn keep(self) -> usize {
             match self {
-                Floor::Epsilon { keep, .. } | Floor::Eta { keep, .. } => keep,
+                Floor::Epsilon { keep, .. }
+                | Floor::Eta { keep, .. }
+                | Floor::Typical { keep, .. } => keep,
                 Floor::TopNSigma { .. } | Floor::Mirostat { .. } => 1,
             }
         }

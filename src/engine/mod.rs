@@ -101,6 +101,49 @@ enum FloorCut {
 /// many; beyond, the first cut group takes them through the histogram.
 const FLOOR_DIRECT: usize = 4096;
 
+/// Typical-p samples every this many tokens of the row to guess where it cuts (see
+/// [`Engine::typical_guess`]): about 1,200 of Qwen3's 151,936, which weigh the bulk
+/// of a row's tail within a few percent at a fortieth of a pass's cost.
+const TYPICAL_STRIDE: usize = 128;
+
+/// Typical-p's centre on a row: the row's maximum, the centre `c` relative to it, and
+/// the bounds of [`floor_band::typical`](crate::floor_band::typical).
+struct Centre {
+    max: f32,
+    c: f64,
+    delta: f64,
+    mag: f64,
+}
+
+/// The outcome of typical-p's cut on the row ([`Engine::typical_walk`],
+/// [`Engine::typical_crowded`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum TypicalCut {
+    /// The survivors are in `cands`.
+    Done,
+    /// As [`FloorCut::Crowded`], with the tokens above the interval banned.
+    Crowded { ln: f64 },
+    /// A decision fell within the bounds of the fast statistics: the precise ones may
+    /// decide it.
+    Tight,
+    /// The tokens collected do not reach the cut: a wider collection may.
+    Short,
+    /// More tokens than the collection holds.
+    Overflow,
+    /// The fast statistics cannot decide.
+    Undecided,
+}
+
+impl From<TypicalCut> for FloorCut {
+    fn from(cut: TypicalCut) -> Self {
+        match cut {
+            TypicalCut::Done => FloorCut::Done,
+            TypicalCut::Crowded { ln } => FloorCut::Crowded { ln },
+            _ => FloorCut::Undecided,
+        }
+    }
+}
+
 /// What to do with the adjusted row.
 #[derive(Debug)]
 enum Goal<'a> {
@@ -938,6 +981,10 @@ impl Engine {
     /// `cands` in draw order at temperature 1; false when the fast statistic cannot
     /// decide (see [`run_floor`](Self::run_floor)).
     fn floor_cut<T: Logit>(&mut self, row: &[T], rule: Floor) -> Result<FloorCut, Error> {
+        if let Floor::Typical { mass, keep } = rule {
+            let crowded = self.floor_to_group(rule);
+            return self.typical_cut(row, mass, keep, crowded);
+        }
         let to_group = self.floor_to_group(rule);
         let s = &mut self.scratch;
         let ov = &s.overlay;
@@ -979,15 +1026,7 @@ impl Engine {
             }
         }
         if let Floor::Eta { .. } = rule {
-            let (m, mut e, bad) = crate::simd::online_entropy(row, marks);
-            if bad {
-                adjust::first_non_finite_of(row)?;
-            }
-            ov.check()?;
-            let max = ov.patch.iter().fold(m, |a, p| a.max(p.1));
-            if m > f32::NEG_INFINITY && max > m {
-                e.rebase(m, max, n);
-            }
+            let (max, e) = entropy_under(row, ov)?;
             fused_max = Some(max);
             fused_entropy = Some(e);
         }
@@ -1010,12 +1049,9 @@ impl Engine {
                 crate::floor_band::epsilon(cut, z + zp, err, n, max)
             }
             Floor::Eta { epsilon, .. } => {
-                let Some(mut e) = fused_entropy else {
+                let Some(e) = fused_entropy else {
                     return Ok(FloorCut::Undecided);
                 };
-                for &(_, l) in &ov.patch {
-                    e.add_exact(l, max);
-                }
                 crate::floor_band::eta(crate::as_decimal(epsilon), &e, n, max)
             }
             Floor::TopNSigma { n: k } => {
@@ -1027,6 +1063,8 @@ impl Engine {
                 }
                 crate::floor_band::top_n_sigma(k, &m, n, max)
             }
+            // (Decided by `typical_cut` above.)
+            Floor::Typical { .. } => None,
         };
         let Some((lo, hi)) = band else {
             return Ok(FloorCut::Undecided);
@@ -1113,6 +1151,456 @@ impl Engine {
         self.cands
             .reset_sorted(s.cand.iter().map(|&(l, id)| (id, l)), 1.0);
         Ok(FloorCut::Done)
+    }
+
+    /// The survivors of [`TypicalP`](crate::TypicalP) (`mass` below 1, `keep` its
+    /// `min_keep`) on `row` under `scratch.overlay`: into `cands` in draw order at
+    /// temperature 1 (`Done`), or, where `crowded` allows it, as bans above a ceiling and
+    /// a floor the first cut group takes (`Crowded`); `Undecided` when the fast
+    /// statistics cannot decide (see [`run_floor`](Self::run_floor)).
+    ///
+    /// The stage keeps the tokens nearest its centre `ln total - H`: an interval of
+    /// logits. One pass gives the row's maximum, mass and entropy sums, which bound the
+    /// centre ([`floor_band::typical`](crate::floor_band::typical)). A guess of the
+    /// interval's reach then sets the logits to collect (at most [`FLOOR_DIRECT`]
+    /// tokens), which [`typical_walk`](Self::typical_walk) orders by distance and weighs
+    /// exactly. The first guess comes from a sample of the row
+    /// ([`typical_guess`](Self::typical_guess)); when the tokens it collects hold too
+    /// little of the row's mass, a histogram of the whole row gives the second. When
+    /// the interval holds more tokens than that, [`typical_crowded`](Self::typical_crowded)
+    /// decides it from the histogram and the tokens near its two ends.
+    fn typical_cut<T: Logit>(
+        &mut self,
+        row: &[T],
+        mass: f64,
+        keep: usize,
+        crowded: bool,
+    ) -> Result<FloorCut, Error> {
+        let n = row.len();
+        let (max, e) = entropy_under(row, &self.scratch.overlay)?;
+        if max == f32::NEG_INFINITY || n < 2 {
+            return Ok(FloorCut::Undecided);
+        }
+        let mut histogram = false;
+        let rule = (mass, keep, crowded);
+        match self.typical_try(row, (max, &e, false), rule, &mut histogram) {
+            TypicalCut::Tight => {}
+            cut => return Ok(cut.into()),
+        }
+        // The fast bounds too wide for a decision: again from the precise statistics (and
+        // a precise histogram).
+        let mut e = crate::simd::row_entropy_precise(row, self.scratch.overlay.marked(), max);
+        for &(_, l) in &self.scratch.overlay.patch {
+            e.add_exact(l, max);
+        }
+        let mut histogram = false;
+        Ok(self
+            .typical_try(row, (max, &e, true), rule, &mut histogram)
+            .into())
+    }
+
+    /// [`typical_cut`](Self::typical_cut) from the statistics `e` of the row (whose
+    /// maximum is `max`; `precise` when they come from the `f64` pass, and so does the
+    /// histogram): the sampled guess and its walk, then the histogram's guess and its
+    /// walk, then the crowded cut, as each calls for the next. `histogram` is true once
+    /// the histogram is filled.
+    fn typical_try<T: Logit>(
+        &mut self,
+        row: &[T],
+        (max, e, precise): (f32, &crate::stats::Entropy, bool),
+        (mass, keep, crowded): (f64, usize, bool),
+        histogram: &mut bool,
+    ) -> TypicalCut {
+        let Some((c, delta, mag)) = crate::floor_band::typical(e, row.len()) else {
+            return TypicalCut::Undecided;
+        };
+        let u = crate::stats::U64;
+        // The stage's target `mass * total`, for every total the bound of the mass holds
+        // (the stage's total within `3 * 2^-53` of the exact mass; rounding a product is
+        // monotone).
+        let targets = (
+            mass * ((e.z - e.z_err) * (1.0 - 4.0 * u)),
+            mass * ((e.z + e.z_err) * (1.0 + 4.0 * u)),
+        );
+        let centre = Centre { max, c, delta, mag };
+        let (reach, many) = self.typical_guess(row, &centre, (1.0 - mass) * e.z);
+        if !many {
+            match self.typical_walk(row, &centre, reach, targets, keep) {
+                TypicalCut::Overflow => {}
+                TypicalCut::Short => {
+                    if !*histogram {
+                        self.typical_histogram(row, &centre, precise);
+                        *histogram = true;
+                    }
+                    let reach = self.typical_histogram_guess(&centre, targets.0) + 2.0 / 64.0;
+                    match self.typical_walk(row, &centre, reach, targets, keep) {
+                        TypicalCut::Overflow => {}
+                        TypicalCut::Short => return TypicalCut::Undecided,
+                        cut => return cut,
+                    }
+                }
+                cut => return cut,
+            }
+        }
+        if !crowded {
+            return TypicalCut::Undecided;
+        }
+        if !*histogram {
+            self.typical_histogram(row, &centre, precise);
+            *histogram = true;
+        }
+        self.typical_crowded(row, &centre, targets, precise)
+    }
+
+    /// A guess of the distance from `centre` beyond which typical-p cuts, from every
+    /// [`TYPICAL_STRIDE`]th token of `row`: the distance at which the sampled tokens
+    /// below the centre, scaled by the stride, weigh `tail` (the mass the stage cuts),
+    /// widened by up to a nat while the sample shows at most a quarter of
+    /// [`FLOOR_DIRECT`] tokens within it; and whether the sample shows more than
+    /// [`FLOOR_DIRECT`] tokens within the guess itself. The tokens above the centre are
+    /// few and near the maximum, where the collection takes them all.
+    fn typical_guess<T: Logit>(&mut self, row: &[T], centre: &Centre, tail: f64) -> (f64, bool) {
+        const PER_NAT: f64 = 16.0;
+        const BINS: usize = 64 * 16;
+        let mut w = [0.0f64; BINS];
+        let mut count = [0u32; BINS];
+        let marks = self.scratch.overlay.marked();
+        let (max, c) = (f64::from(centre.max), centre.c);
+        for i in (0..row.len()).step_by(TYPICAL_STRIDE) {
+            if marks.is_some_and(|m| adjust::is_marked(m, i)) {
+                continue;
+            }
+            let x = f64::from(row[i].to_f32()) - max;
+            if x < c {
+                let b = (((c - x) * PER_NAT) as usize).min(BINS - 1);
+                w[b] += x.exp();
+                count[b] += 1;
+            }
+        }
+        let stride = TYPICAL_STRIDE as f64;
+        // From the farthest bin in: the first bin that brings the sampled tail to `tail`.
+        let (mut acc, mut at) = (0.0, 0);
+        for b in (0..BINS).rev() {
+            acc += w[b] * stride;
+            if acc >= tail {
+                at = b + 1;
+                break;
+            }
+        }
+        // Then a nat more, as long as the sample shows few tokens within it.
+        let inner: u32 = count[..at].iter().sum();
+        let (mut extra, mut tokens) = (at, f64::from(inner) * stride);
+        let many = tokens > FLOOR_DIRECT as f64;
+        while extra < BINS && extra < at + PER_NAT as usize {
+            tokens += f64::from(count[extra]) * stride;
+            if tokens > (FLOOR_DIRECT / 4) as f64 {
+                break;
+            }
+            extra += 1;
+        }
+        (extra as f64 / PER_NAT, many)
+    }
+
+    /// Fills the histogram of the row at temperature 1 from `centre`'s maximum, with the
+    /// `f64` weights when `precise`.
+    fn typical_histogram<T: Logit>(&mut self, row: &[T], centre: &Centre, precise: bool) {
+        let s = &mut self.scratch;
+        crate::simd::build(
+            row,
+            &s.overlay,
+            Frame::new(centre.max, 1.0),
+            LAST,
+            precise,
+            &mut s.hist_count,
+            &mut s.hist_mass,
+            None,
+        );
+    }
+
+    /// A guess of the distance from `centre` within which the row holds `target`, from
+    /// the histogram [`typical_histogram`](Self::typical_histogram) filled: the distance
+    /// of the bucket's centre at which the buckets, taken by that distance, reach the
+    /// target.
+    fn typical_histogram_guess(&self, centre: &Centre, target: f64) -> f64 {
+        let mass = &self.scratch.hist_mass;
+        let c = centre.c;
+        let dist = |b: usize| (-(b as f64) / 64.0 - c).abs();
+        let mut up = histogram::bucket_of(c.min(0.0));
+        let mut down = up;
+        let (mut acc, mut reach) = (0.0, 0.0);
+        while acc < target {
+            let d_up = up.checked_sub(1).map_or(f64::INFINITY, dist);
+            let d_down = if down <= LAST {
+                dist(down)
+            } else {
+                f64::INFINITY
+            };
+            let b = if d_up < d_down {
+                up -= 1;
+                reach = d_up;
+                up
+            } else if d_down.is_finite() {
+                down += 1;
+                reach = d_down;
+                down - 1
+            } else {
+                break;
+            };
+            acc += mass[b];
+        }
+        reach
+    }
+
+    /// Typical-p's cut from the tokens within `reach` (and `2 delta` more) of
+    /// `centre.c`, collected from the row: `Done` with the survivors in `cands`, `Short`
+    /// when the collected tokens do not reach the target, `Overflow` when they are more
+    /// than [`FLOOR_DIRECT`], `Undecided` otherwise when the walk cannot decide.
+    ///
+    /// The tokens are ordered by their distance and weighed in `f64` as the stage
+    /// weighs them, and the first whose running weight passes the stage's target (any
+    /// in `targets`) decides the cut. It stands when the interval of the target lies
+    /// within that token's weight, every token of another logit is more than twice the
+    /// bound `sigma` on the distances away from its own (so the stage orders them alike;
+    /// tokens of the same logit share a distance and are kept together), and every token
+    /// not collected lies further out. Otherwise, and for a `min_keep` the cut does not
+    /// meet, the stage runs on the dense copy.
+    fn typical_walk<T: Logit>(
+        &mut self,
+        row: &[T],
+        centre: &Centre,
+        reach: f64,
+        targets: (f64, f64),
+        keep: usize,
+    ) -> TypicalCut {
+        let s = &mut self.scratch;
+        let u = crate::stats::U64;
+        let &Centre { max, c, delta, mag } = centre;
+        let frame = Frame::new(max, 1.0);
+        let reach = reach + 2.0 * delta;
+        let (x_hi, x_lo) = (c + reach, c - reach);
+        let top = if x_hi >= 0.0 {
+            0
+        } else {
+            histogram::bucket_of(x_hi)
+        };
+        let bottom = if x_lo > -64.0 {
+            histogram::bucket_of(x_lo).min(LAST)
+        } else {
+            LAST
+        };
+        if !crate::simd::collect(
+            row,
+            &s.overlay,
+            frame,
+            top,
+            bottom,
+            FLOOR_DIRECT,
+            &mut s.cand,
+        ) {
+            return TypicalCut::Overflow;
+        }
+        let maxd = f64::from(max);
+        let x_of = |l: f32| f64::from(l) - maxd;
+        let dist = |l: f32| (c - x_of(l)).abs();
+        // The nearest that a token not collected can be: beyond the logit bounds of the
+        // buckets on either side of the collected ones.
+        let mut beyond = f64::INFINITY;
+        let mut reach_x = mag;
+        if top > 0 {
+            let (a, _) = frame.interval(0, top - 1);
+            beyond = beyond.min(x_of(a) - c);
+        }
+        if bottom < LAST {
+            let (_, b) = frame.interval(bottom + 1, LAST);
+            beyond = beyond.min(c - x_of(b));
+            reach_x = reach_x.max(x_of(b).abs());
+        }
+        for &(l, _) in &s.cand {
+            reach_x = reach_x.max(x_of(l).abs());
+        }
+        // The bound on a distance's roundings, and with the centre's bound.
+        let sigma_r = 6.06 * u * (reach_x + mag);
+        let sigma = delta * 1.01 + sigma_r;
+        // The collected tokens by distance: those at or above the centre backwards, and
+        // those below it forwards, merged.
+        let cand = &s.cand;
+        let split = cand.partition_point(|p| x_of(p.0) >= c);
+        let sides = (&cand[..split], &cand[split..]);
+        let l_i = match typical_crossing(sides, &dist, max, (0.0, 0.0), targets) {
+            Ok(l) => l,
+            Err(false) => return TypicalCut::Short,
+            Err(true) => return TypicalCut::Tight,
+        };
+        let d_i = dist(l_i);
+        if beyond - sigma <= d_i + sigma {
+            return TypicalCut::Short;
+        }
+        let x = |l: f32| x_of(l);
+        if !typical_separated(cand, (l_i, d_i, c), &x, (sigma, sigma_r)) {
+            return TypicalCut::Tight;
+        }
+        s.cand.retain(|c| dist(c.0) <= d_i);
+        if s.cand.len() < keep {
+            return TypicalCut::Undecided;
+        }
+        self.cands
+            .reset_sorted(s.cand.iter().map(|&(l, id)| (id, l)), 1.0);
+        TypicalCut::Done
+    }
+
+    /// Typical-p's cut on a row where it keeps more than [`FLOOR_DIRECT`] tokens, from
+    /// the histogram [`typical_histogram`](Self::typical_histogram) filled: `Crowded`
+    /// with the tokens above the interval banned under `scratch.overlay` and the floor
+    /// below it for the first cut group, or `Undecided`.
+    ///
+    /// A guess `d` of the interval's reach sets two zones, `2 / 64` nat (and `2 delta`)
+    /// either side of `c + d` and of `c - d`. The buckets between them weigh what the
+    /// histogram says, within its bound; every token above the lower zone's buckets and
+    /// every token of the lower zone is collected. Those are ordered by distance and
+    /// weighed exactly after the buckets' mass, and the first whose running weight
+    /// passes the stage's target decides the cut, as in
+    /// [`typical_walk`](Self::typical_walk): it stands when the interval of the target
+    /// lies within its weight, every token of another logit is more than `2 sigma` away
+    /// from its distance, the tokens of the buckets between the zones are nearer than
+    /// that and those below the lower zone further. The collected tokens above the
+    /// centre and beyond the cut are banned; the floor lies `sigma` beyond the cut below
+    /// the centre, where no token lies, as a threshold from the largest token kept.
+    fn typical_crowded<T: Logit>(
+        &mut self,
+        row: &[T],
+        centre: &Centre,
+        targets: (f64, f64),
+        precise: bool,
+    ) -> TypicalCut {
+        let d = self.typical_histogram_guess(centre, targets.0);
+        let s = &mut self.scratch;
+        let u = crate::stats::U64;
+        let &Centre { max, c, delta, mag } = centre;
+        let frame = Frame::new(max, 1.0);
+        let w = 2.0 / 64.0 + 2.0 * delta;
+        if d <= 3.0 * w {
+            return TypicalCut::Undecided;
+        }
+        let key_of = |x: f64| {
+            if x >= 0.0 {
+                0
+            } else if x > -64.0 {
+                histogram::bucket_of(x).min(LAST)
+            } else {
+                LAST
+            }
+        };
+        // The buckets: `0..=upper` collected (none when the upper zone lies above the
+        // maximum), `inner` weighed by the histogram, `lower` collected.
+        let upper = (c + d - w < 0.0).then(|| key_of(c + d - w));
+        let lower = (key_of(c - d + w), key_of(c - d - w));
+        let first_inner = upper.map_or(0, |k| k + 1);
+        if first_inner >= lower.0 {
+            return TypicalCut::Undecided;
+        }
+        let inner = first_inner..lower.0;
+        let ov = &s.overlay;
+        let cap = 4 * FLOOR_DIRECT;
+        match upper {
+            Some(k) => {
+                if !crate::simd::collect(row, ov, frame, 0, k, cap, &mut s.cand) {
+                    return TypicalCut::Undecided;
+                }
+            }
+            None => s.cand.clear(),
+        }
+        if !crate::simd::collect(row, ov, frame, lower.0, lower.1, cap, &mut s.cand2) {
+            return TypicalCut::Undecided;
+        }
+        let maxd = f64::from(max);
+        let x_of = |l: f32| f64::from(l) - maxd;
+        let dist = |l: f32| (c - x_of(l)).abs();
+        let (mut m_in, mut e_in) = (0.0, 0.0);
+        for b in inner.clone() {
+            let (count, mass) = (s.hist_count[b], s.hist_mass[b]);
+            m_in += mass;
+            e_in += if precise {
+                precise_bucket_bound(b, count, mass)
+            } else {
+                histogram::error_bound(b, count, mass, frame)
+            };
+        }
+        // (The stage's weights within an ulp of the exact ones; the buckets' sum.)
+        e_in += (4.0 + inner.len() as f64) * u * m_in;
+        let (a_in, b_in) = frame.interval(inner.start, inner.end - 1);
+        // (No token lies above the maximum.)
+        let d_inner = (x_of(b_in).min(0.0) - c).max(c - x_of(a_in));
+        let mut reach_x = mag.max(x_of(a_in).abs());
+        let mut beyond = f64::INFINITY;
+        if lower.1 < LAST {
+            let (_, b) = frame.interval(lower.1 + 1, LAST);
+            beyond = c - x_of(b);
+            reach_x = reach_x.max(x_of(b).abs());
+        }
+        for &(l, _) in s.cand.iter().chain(&s.cand2) {
+            reach_x = reach_x.max(x_of(l).abs());
+        }
+        // The bound on a distance's roundings, and with the centre's bound.
+        let sigma_r = 6.06 * u * (reach_x + mag);
+        let sigma = delta * 1.01 + sigma_r;
+        // Every collected token above the centre, nearest first (backwards), merged with
+        // the lower zone's (forwards).
+        let (hi_side, lo_side) = (&s.cand, &s.cand2);
+        if hi_side.last().is_some_and(|p| x_of(p.0) < c)
+            || lo_side.first().is_some_and(|p| x_of(p.0) >= c)
+        {
+            return TypicalCut::Undecided;
+        }
+        let inner = (m_in, e_in);
+        let l_i = match typical_crossing((hi_side, lo_side), &dist, max, inner, targets) {
+            Ok(l) => l,
+            Err(false) => return TypicalCut::Undecided,
+            Err(true) => return TypicalCut::Tight,
+        };
+        let d_i = dist(l_i);
+        if d_inner + 2.0 * sigma >= d_i || beyond - sigma <= d_i + sigma {
+            return TypicalCut::Undecided;
+        }
+        let x = |l: f32| x_of(l);
+        let bounds = (sigma, sigma_r);
+        if !typical_separated(hi_side, (l_i, d_i, c), &x, bounds)
+            || !typical_separated(lo_side, (l_i, d_i, c), &x, bounds)
+        {
+            return TypicalCut::Tight;
+        }
+        // The largest token kept: the first above the centre within the cut, or the
+        // maximum when every token above the centre is in the buckets between the zones.
+        let top = match upper {
+            Some(_) => match hi_side.iter().find(|p| dist(p.0) <= d_i) {
+                Some(p) => p.0,
+                None => return TypicalCut::Undecided,
+            },
+            None => max,
+        };
+        let t = if self.params.is_greedy() {
+            1.0
+        } else {
+            f64::from(self.params.temperature())
+        };
+        // The floor: half an `f32` step below the lowest token kept below the centre, so
+        // that the group's comparison keeps it and cuts every token below it.
+        let n_kept = lo_side.partition_point(|p| dist(p.0) <= d_i);
+        let Some(&(lowest, _)) = lo_side[..n_kept].last() else {
+            return TypicalCut::Undecided;
+        };
+        let floor = 0.5 * (f64::from(lowest) + f64::from(lowest.next_down()));
+        let top = f64::from(top);
+        if f64::from(lowest) - floor <= 1e-12 * (top - floor) {
+            return TypicalCut::Undecided;
+        }
+        for &(l, id) in hi_side.iter() {
+            if dist(l) > d_i {
+                s.overlay.ban(id);
+            }
+        }
+        TypicalCut::Crowded {
+            ln: (floor - top) / t,
+        }
     }
 
     /// The most allowed tokens a mask may have to be read as a compact row: [`SPARSE_MAX`],
@@ -2267,6 +2755,115 @@ fn adjusted_max<U: Logit>(adj: &[U], ov: &adjust::Overlay) -> Result<f32, Error>
     Ok(max)
 }
 
+/// The adjusted row's maximum and its [`Entropy`](crate::stats::Entropy) sums (`row`
+/// under `ov`, at temperature 1), from one vectorised pass over the unmarked entries and
+/// the patches' exact terms; checks the row and the patches for NaN and `+inf`.
+fn entropy_under<U: Logit>(
+    row: &[U],
+    ov: &adjust::Overlay,
+) -> Result<(f32, crate::stats::Entropy), Error> {
+    let (m, mut e, bad) = crate::simd::online_entropy(row, ov.marked());
+    if bad {
+        adjust::first_non_finite_of(row)?;
+    }
+    ov.check()?;
+    let max = ov.patch.iter().fold(m, |a, p| a.max(p.1));
+    if m > f32::NEG_INFINITY && max > m {
+        e.rebase(m, max, row.len());
+    }
+    if max > f32::NEG_INFINITY {
+        for &(_, l) in &ov.patch {
+            e.add_exact(l, max);
+        }
+    }
+    Ok((max, e))
+}
+
+/// True when the stage orders every token of `tokens` whose logit is not `l_i` as
+/// their distances from the centre `c` do, relative to the token at `l_i` (at distance
+/// `d_i`, more than `2 sigma` from 0): on the same side of the centre, where the order
+/// is that of the logits whatever the centre, none lies within `2 sigma_r` (the
+/// distances' roundings) of `d_i`; on the other side, none within `2 sigma` (the
+/// centre's bound too). `x` gives a logit's scaled value.
+fn typical_separated(
+    tokens: &[Cand],
+    (l_i, d_i, c): (f32, f64, f64),
+    x: &impl Fn(f32) -> f64,
+    (sigma, sigma_r): (f64, f64),
+) -> bool {
+    if d_i <= 2.0 * sigma {
+        return false;
+    }
+    let above = x(l_i) >= c;
+    tokens.iter().all(|&(l, _)| {
+        let bound = if (x(l) >= c) == above { sigma_r } else { sigma };
+        l == l_i || ((c - x(l)).abs() - d_i).abs() > 2.0 * bound
+    })
+}
+
+/// Bound on the error of `mass` (`count` weights) in bucket `b` of a precise histogram
+/// at temperature 1: each `f64` weight `exp_neg(fl(l - max))` within `4e-15` plus
+/// `1.01 * 2^-53 |x|` (relative, `|x| < (b + 1) / 64` nats) of `e^x`, and the bucket's
+/// sum within `(count + 2) 2^-53`. The last bucket's weights are below `e^-63` each, and
+/// `e^-708` where `exp_neg` clamps.
+fn precise_bucket_bound(b: usize, count: u32, mass: f64) -> f64 {
+    let u = crate::stats::U64;
+    let count = f64::from(count);
+    if b == LAST {
+        count * 1e-40 + mass * (count + 2.0) * u
+    } else {
+        mass * (4e-15 + 1.01 * u * (b as f64 + 1.0) / 64.0 + (count + 2.0) * u)
+    }
+}
+
+/// A collected token: its adjusted logit and id.
+type Cand = (f32, TokenId);
+
+/// Typical-p's crossing: the tokens of `hi_side` backwards and of `lo_side` forwards
+/// (each sorted by logit descending, the first above the centre, the second below it),
+/// merged by `dist`, their exact weights (relative to `max`) added to `base` (within its
+/// bound): the logit of the first at which the running weight reaches the target, any
+/// in `targets`; `Err(true)` when the running weight at that token leaves the target's
+/// interval open, `Err(false)` when no token reaches it. (Tokens of one logit come in
+/// any order: they are kept or cut together.)
+fn typical_crossing(
+    (hi_side, lo_side): (&[Cand], &[Cand]),
+    dist: &impl Fn(f32) -> f64,
+    max: f32,
+    (base, base_err): (f64, f64),
+    (target_lo, target_hi): (f64, f64),
+) -> Result<f32, bool> {
+    let u = crate::stats::U64;
+    let (mut up, mut down) = (hi_side.len(), 0);
+    // The exact weights' running sum, within `(i + 2) 2^-53` of itself.
+    let (mut sum, mut i) = (0.0, 0usize);
+    loop {
+        let d_up = up
+            .checked_sub(1)
+            .map_or(f64::INFINITY, |j| dist(hi_side[j].0));
+        let d_down = lo_side.get(down).map_or(f64::INFINITY, |p| dist(p.0));
+        let l = if d_up <= d_down && up > 0 {
+            up -= 1;
+            hi_side[up].0
+        } else if down < lo_side.len() {
+            down += 1;
+            lo_side[down - 1].0
+        } else {
+            return Err(false);
+        };
+        sum += scaled(l, max, 1.0).exp();
+        let err = (i as f64 + 2.0) * u * sum + base_err;
+        if base + sum + err >= target_lo {
+            return if base + sum - err < target_hi {
+                Err(true)
+            } else {
+                Ok(l)
+            };
+        }
+        i += 1;
+    }
+}
+
 /// [`Engine::softmax_into`] on `row` under `ov`, at temperature `t`.
 fn softmax_in<T: Logit>(
     row: &[T],
@@ -3034,6 +3631,143 @@ mod tests {
                     FloorCut::Crowded { ln } => assert!(ln < 0.0, "{rule:?}: {ln}"),
                     FloorCut::Undecided => panic!("{rule:?}, scale {scale}: undecided"),
                 }
+            }
+        }
+    }
+
+    /// Typical-p first decides rows whose kept set is small from the fast statistics
+    /// alone, and keeps exactly the tokens its own `apply` keeps.
+    #[test]
+    fn typical_p_decides_peaked_rows_from_the_fast_statistics() {
+        let mut x = 0x2468_ace0_1357_9bdfu64;
+        for (n, scale, peaks) in [
+            (151_936usize, 4.0f32, 36usize),
+            (151_936, 8.0, 200),
+            (4_099, 3.0, 12),
+        ] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
+            for i in 0..peaks {
+                row[1 + 97 * i] = 8.0 + (i % 13) as f32 * 0.5;
+            }
+            for (mass, keep) in [(0.5f32, 1usize), (0.9, 1), (0.95, 4)] {
+                let stage = crate::TypicalP::new(mass).unwrap().min_keep(keep);
+                let mut chain = crate::Chain::builder(n)
+                    .stage(stage.clone())
+                    .stage(crate::Temperature::new(0.8).unwrap())
+                    .draw()
+                    .build()
+                    .unwrap();
+                let e = &mut chain.engine;
+                assert!(e.floor_first, "typical-p first is planned on the row");
+                let Lowering::Floor(rule) = e.stages[0].lowering() else {
+                    panic!("typical-p lowers to a floor");
+                };
+                e.build_patches(&row[..], None);
+                let cut = e.floor_cut(&row[..], rule).unwrap();
+                e.scratch.overlay.clear();
+                assert!(
+                    matches!(cut, FloorCut::Done),
+                    "{n}, {scale}, {mass}: {cut:?}"
+                );
+                let mut kept: Vec<TokenId> = e.cands.ids().to_vec();
+                kept.sort_unstable();
+                let mut c = Candidates::new();
+                c.reset_dense(n);
+                c.logits_mut().copy_from_slice(&row);
+                let ctx = StageContext {
+                    history: e.seq.view(),
+                    seed: 0,
+                    step: 0,
+                };
+                let mut stage = stage;
+                stage.apply(&mut c, &ctx).unwrap();
+                assert_eq!(kept, c.ids(), "{n}, {scale}, {mass}");
+                assert!(kept.len() < n / 2, "{n}, {scale}, {mass}: {}", kept.len());
+            }
+        }
+    }
+
+    /// On flat rows, where typical-p keeps most tokens, the fast path bans the tokens
+    /// above its interval and hands a floor to the first cut group: together they keep
+    /// exactly the tokens the stage's own `apply` keeps.
+    #[test]
+    fn typical_p_decides_flat_rows_as_bans_and_a_floor() {
+        let mut x = 0x1357_9bdf_2468_ace0u64;
+        // (A small mass on the flattest row cuts tens of thousands of tokens above its
+        // interval: too many to ban, and left to the stage.)
+        for (n, scale, terms, masses) in [
+            (151_936usize, 2.0f32, 4, &[0.5f32, 0.9, 0.95][..]),
+            (151_936, 1.0, 4, &[0.9, 0.95][..]),
+            (60_000, 3.0, 4, &[0.5, 0.9, 0.95][..]),
+            (151_936, 2.0, 1, &[0.95][..]),
+        ] {
+            // Near-normal rows (the sum of four uniform ones), whose top tail is thin, and
+            // a uniform one.
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
+            for _ in 1..terms {
+                let more = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
+                row.iter_mut().zip(more).for_each(|(a, b)| *a += b);
+            }
+            for &mass in masses {
+                let stage = crate::TypicalP::new(mass).unwrap();
+                let mut chain = crate::Chain::builder(n)
+                    .stage(stage.clone())
+                    .stage(crate::Temperature::new(0.8).unwrap())
+                    .draw()
+                    .build()
+                    .unwrap();
+                let e = &mut chain.engine;
+                let Lowering::Floor(rule) = e.stages[0].lowering() else {
+                    panic!("typical-p lowers to a floor");
+                };
+                e.build_patches(&row[..], None);
+                let cut = e.floor_cut(&row[..], rule).unwrap();
+                let FloorCut::Crowded { ln } = cut else {
+                    panic!("{n}, {scale}, {mass}: {cut:?}");
+                };
+                let ov = &e.scratch.overlay;
+                let unbanned =
+                    |&id: &TokenId| row[id as usize] > f32::NEG_INFINITY && !ov.is_patched(id);
+                let ids: Vec<TokenId> = (0..n as TokenId).filter(unbanned).collect();
+                let top = ids
+                    .iter()
+                    .map(|&id| row[id as usize])
+                    .fold(f32::MIN, f32::max);
+                let t = f64::from(0.8f32);
+                let kept: Vec<TokenId> = ids
+                    .into_iter()
+                    .filter(|&id| (f64::from(row[id as usize]) - f64::from(top)) / t >= ln)
+                    .collect();
+                e.scratch.overlay.clear();
+                let mut c = Candidates::new();
+                c.reset_dense(n);
+                c.logits_mut().copy_from_slice(&row);
+                let ctx = StageContext {
+                    history: e.seq.view(),
+                    seed: 0,
+                    step: 0,
+                };
+                let mut stage = stage;
+                stage.apply(&mut c, &ctx).unwrap();
+                let want = c.ids();
+                let extra: Vec<_> = kept
+                    .iter()
+                    .filter(|id| want.binary_search(id).is_err())
+                    .collect();
+                let missing: Vec<_> = want
+                    .iter()
+                    .filter(|id| kept.binary_search(id).is_err())
+                    .collect();
+                assert!(
+                    extra.is_empty() && missing.is_empty(),
+                    "{n}, {scale}, {mass}: kept {} of {}; extra {:?}, missing {:?} (top {top}, ln {ln}, {:?})",
+                    kept.len(),
+                    want.len(),
+                    &extra[..extra.len().min(5)],
+                    &missing[..missing.len().min(5)],
+                    missing.iter().map(|&&id| (row[id as usize], e.scratch.overlay.is_patched(id))).collect::<Vec<_>>(),
+                );
+                assert!(kept.len() > FLOOR_DIRECT, "{n}, {scale}, {mass}");
             }
         }
     }

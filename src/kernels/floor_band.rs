@@ -2,7 +2,8 @@
 //! top-n-sigma): bounds `[lo, hi]` on the logit floor from the fast statistics of
 //! [`stats`](crate::stats) and [`mass`](crate::mass), wide enough that a token outside
 //! them is decided as the stage's own `f64` code decides it. The engine collects the
-//! tokens above `lo` and leaves the ones in the band to the stage.
+//! tokens above `lo` and leaves the ones in the band to the stage. Typical-p's centre,
+//! from which it measures its distances, is bounded the same way.
 
 use crate::stats::{Entropy, Moments, U64};
 
@@ -46,6 +47,36 @@ pub(crate) fn eta(epsilon: f64, e: &Entropy, n: usize, max: f32) -> Option<(f64,
     let (lo, _) = self::epsilon(eta_lo, e.z, e.z_err, n, max)?;
     let (_, hi) = self::epsilon(eta_hi, e.z, e.z_err, n, max)?;
     Some((lo, hi))
+}
+
+/// The centre of the typical-p stage's distances, from the fast statistics `e` of the
+/// row (`n` entries), relative to the row's maximum: `(c, delta, mag)` such that the
+/// stage's own `f64` distance of a token at scaled logit `x = l - max` (temperature 1),
+/// `|-(x - ln total) - h|`, lies within `delta + 6 * 2^-53 (|x| + mag)` of `|c - x|`
+/// computed in `f64`.
+///
+/// In exact arithmetic the centre `ln z - H` is `-s / z` (the mean scaled logit), which
+/// the bounds of `z` and `s` hold. The stage's total is within `3 * 2^-53` of the exact
+/// mass (each `exp` within an ulp, the exact sum rounded once), so its logarithm within
+/// `4 * 2^-53` plus an ulp of its magnitude; its entropy is within the bound [`eta`]
+/// uses. The stage's three roundings of the distance (the difference `x`, the shift by
+/// `ln total` and by `h`) and this function's two are each within an ulp of the
+/// magnitudes involved, which `mag = |ln z| + |h| + |c| + 1` covers with `|x|`. `None`
+/// when the bounds leave the mass unknown.
+pub(crate) fn typical(e: &Entropy, n: usize) -> Option<(f64, f64, f64)> {
+    let (z_lo, z_hi) = (e.z - e.z_err, e.z + e.z_err);
+    if z_lo.is_nan() || z_lo <= 0.0 || !z_hi.is_finite() {
+        return None;
+    }
+    let (s_lo, s_hi) = ((e.s - e.s_err).max(0.0), e.s + e.s_err);
+    let ln_z = e.z.ln();
+    let c = -e.s / e.z;
+    let h = ln_z - c;
+    let (c_lo, c_hi) = (-s_hi / z_lo, -s_lo / z_hi);
+    let r = 4.0 * (n as f64 + 2.0) * U64 * (1.0 + h.abs() + ln_z.abs()) + 1e-15;
+    let mag = ln_z.abs() + h.abs() + c.abs() + 1.0;
+    let delta = (c - c_lo).max(c_hi - c) + r + 8.0 * U64 * mag;
+    delta.is_finite().then_some((c, delta * 1.01, mag))
 }
 
 /// Bounds `[lo, hi]` on the floor of the top-n-sigma stage's `threshold` from the fast

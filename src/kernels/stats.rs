@@ -13,7 +13,7 @@
 
 use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
-use crate::exp::{exp_neg_f32_with, mul_add, F32_ABS_ERROR, F32_REL_ERROR};
+use crate::exp::{exp_neg, exp_neg_f32_with, mul_add, F32_ABS_ERROR, F32_REL_ERROR, MIN_ARG};
 use crate::mask::BITS;
 
 /// `2^-24`, the unit roundoff of `f32`.
@@ -95,6 +95,84 @@ impl Entropy {
 #[inline(always)]
 pub(crate) fn entropy<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> Entropy {
     entropy_in::<T, false>(row, marks, max)
+}
+
+/// [`Entropy`] of the entries of `row` that `marks` leaves unmarked, relative to `max`
+/// (at least every such entry, finite), with the `f64` [`exp_neg`]: bounds a
+/// billion times narrower than [`entropy`]'s, at the cost of `f64` arithmetic.
+///
+/// # Error bound
+/// Per entry, with `x = l - max` and `x' = fl(l - max)` within `2^-53 |x|` of it:
+/// - the weight `exp_neg(x')` is within `4e-15 + 1.01 * 2^-53 |x|` (relative) of
+///   `e^x`, so the weights' errors sum to at most `4e-15 z + 1.01 * 2^-53 s`;
+/// - the entropy term `w * -x'` adds the roundings of `x'` and of the product, and the
+///   weight's `|x|` part gives `1.01 * 2^-53 q` with `q = sum w x^2`, which the pass
+///   sums too;
+/// - the `f64` lane sums are within `(n + 2) 2^-53` of their totals;
+/// - below `MIN_ARG` (`-inf` entries included) the weight is `e^MIN_ARG` and the term
+///   0: at most `e^MIN_ARG` and `709 e^MIN_ARG` from the exact ones per entry.
+///
+/// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
+/// [`simd::row_entropy_precise`](crate::simd::row_entropy_precise) can compile it for
+/// wider vectors.
+#[inline(always)]
+pub(crate) fn entropy_precise<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> Entropy {
+    match marks {
+        None => entropy_precise_with::<T, false>(row, &[], max),
+        Some(marks) => entropy_precise_with::<T, true>(row, marks, max),
+    }
+}
+
+/// [`entropy_precise`], with the test of the marks compiled in or out. Every lane
+/// computes its terms and drops them when they are left out, so that the loop compiles
+/// to SIMD.
+#[inline(always)]
+fn entropy_precise_with<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    max: f32,
+) -> Entropy {
+    let max = f64::from(max);
+    let (mut z, mut s, mut q) = ([0.0f64; LANES], [0.0f64; LANES], [0.0f64; LANES]);
+    let terms = |v: f32, skip: bool| {
+        let x = (f64::from(v) - max).min(0.0);
+        let w = exp_neg(x);
+        let keep = !(MARKS && skip);
+        let live = keep && x >= MIN_ARG;
+        (
+            if keep { w } else { 0.0 },
+            if live { -(w * x) } else { 0.0 },
+            if live { w * x * x } else { 0.0 },
+        )
+    };
+    let chunks = row.chunks_exact(LANES);
+    let base = row.len() - chunks.remainder().len();
+    for (c, chunk) in chunks.enumerate() {
+        let v = load(chunk);
+        let m = lane_marks_if::<MARKS>(marks, c * LANES);
+        for j in 0..LANES {
+            let (a, b, d) = terms(v[j], m & BITS[j] != 0);
+            z[j] += a;
+            s[j] += b;
+            q[j] += d;
+        }
+    }
+    for (j, x) in row[base..].iter().enumerate() {
+        let (a, b, d) = terms(x.to_f32(), MARKS && is_marked(marks, base + j));
+        z[j] += a;
+        s[j] += b;
+        q[j] += d;
+    }
+    let (z, s, q): (f64, f64, f64) = (z.iter().sum(), s.iter().sum(), q.iter().sum());
+    let n = row.len() as f64;
+    let tiny = n * 710.0 * MIN_ARG.exp();
+    let sums = (n + 2.0) * U64;
+    Entropy {
+        z,
+        z_err: z * (4e-15 + sums) + 1.01 * U64 * s + tiny,
+        s,
+        s_err: s * (4e-15 + 3.03 * U64 + sums) + 1.01 * U64 * q * 1.01 + tiny,
+    }
 }
 
 /// [`entropy`], and with `FUSED` its multiply-adds fused (for code compiled with the
@@ -358,6 +436,62 @@ mod tests {
                         e.s_err
                     );
                 }
+            }
+        }
+    }
+
+    /// The precise sums against sums of the `f64` terms that are exact but for each
+    /// term's own rounding, within bounds a billion times narrower than the fast ones'.
+    #[test]
+    fn the_precise_entropy_sums_are_within_their_bounds() {
+        use crate::kernels::exact_sum::ExactSum;
+        let mut x = 0x5851_f42d_4c95_7f2du64;
+        for (n, scale) in [
+            (151_936usize, 2.0f32),
+            (151_936, 0.05),
+            (4_099, 30.0),
+            (17, 3.0),
+            (1_000, 1e3),
+        ] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
+            row[n / 3] = 8.0 * scale;
+            row[n / 5] = f32::NEG_INFINITY;
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| if w % 2 == 1 { 0x8421_0f0f } else { 0 })
+                .collect();
+            for marks in [None, Some(&marks[..])] {
+                let max = (0..n)
+                    .filter(|&i| !marks.is_some_and(|m| is_marked(m, i)))
+                    .map(|i| row[i])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let (mut z, mut s) = (ExactSum::new(), ExactSum::new());
+                for (i, &l) in row.iter().enumerate() {
+                    if !marks.is_some_and(|m| is_marked(m, i)) && l > f32::NEG_INFINITY {
+                        let x = f64::from(l) - f64::from(max);
+                        z.add(x.exp());
+                        s.add(-(x.exp() * x));
+                    }
+                }
+                let (z, s) = (z.to_f64(), s.to_f64());
+                let e = entropy_precise(&row, marks, max);
+                // (Each reference term within two ulps of its exact value.)
+                assert!(
+                    (e.z - z).abs() <= e.z_err + 4.0 * U64 * z,
+                    "n {n}: z {} vs {z}",
+                    e.z
+                );
+                assert!(
+                    (e.s - s).abs() <= e.s_err + 4.0 * U64 * s,
+                    "n {n}: s {} vs {s}",
+                    e.s
+                );
+                let tiny = n as f64 * 1e-300;
+                assert!(e.z_err <= 1e-10 * z + tiny, "z bound {} loose", e.z_err);
+                assert!(
+                    e.s_err <= 1e-9 * (s + z) + tiny,
+                    "s bound {} loose",
+                    e.s_err
+                );
             }
         }
     }

@@ -138,7 +138,12 @@ pub(crate) fn entropy(c: &Candidates, weights: &[f64], total: f64) -> f64 {
 ///   histograms the distances in buckets of 1/64 nat, a second that sums the weight
 ///   below the bucket where the mass is reached exactly and finds the cut-off among
 ///   that bucket's tokens only, by weighted quickselect; no full sort. No allocation once its buffers have
-///   grown to the vocabulary.
+///   grown to the vocabulary. As the first stage of a chain (after the bias and
+///   penalties), the engine decides the cut on the row in place instead: one vectorised
+///   pass for the mass and the entropy, and exact weights only for the tokens it
+///   collects near the cut; this `apply` runs only when a decision falls within the
+///   bounds of the fast statistics and of a precise pass, the row is degenerate, or the
+///   interval reaches past what the collections hold.
 ///
 /// The kept tokens are not necessarily the most probable ones: a token far more likely
 /// than "typical" can be cut.
@@ -203,6 +208,17 @@ impl TypicalP {
 impl Stage for TypicalP {
     fn name(&self) -> &'static str {
         "typical_p"
+    }
+
+    fn lowering(&self) -> crate::chain::lower::Lowering {
+        use crate::chain::lower::{Floor, Lowering};
+        if self.mass.value >= 1.0 {
+            return Lowering::Opaque;
+        }
+        Lowering::Floor(Floor::Typical {
+            mass: self.mass.decimal,
+            keep: self.min_keep,
+        })
     }
 
     fn apply(&mut self, c: &mut Candidates, _: &StageContext<'_>) -> Result<(), Error> {
