@@ -890,37 +890,25 @@ impl Engine {
             // (A threshold of 0: every token.)
             return Ok(false);
         }
-        let marks = s.overlay.marked();
-        let (on, all) = crate::simd::online_collect(row, marks, offset, FLOOR_DIRECT, &mut s.cand);
-        if on.bad {
-            adjust::first_non_finite_of(row)?;
-        }
-        s.overlay.check()?;
-        let ov = &s.overlay;
-        let max = ov.patch.iter().fold(on.max, |m, p| m.max(p.1));
-        if !all || max == f32::NEG_INFINITY {
+        let near = near_max_mass(row, &s.overlay, offset, &mut s.cand)?;
+        let (Some(above), max) = (near.above, near.max) else {
+            return Ok(false);
+        };
+        if max == f32::NEG_INFINITY {
             return Ok(false);
         }
-        let above = crate::mass::collect_above(max, offset);
-        s.cand.retain(|c| c.0 >= above);
+        let ov = &s.overlay;
         s.cand.extend(
             ov.patch
                 .iter()
                 .filter(|p| p.1 >= above)
                 .map(|&(id, l)| (l, id)),
         );
-        let weight = |l: f32| (f64::from(l) - f64::from(max)).exp();
-        let k = if on.max > f32::NEG_INFINITY {
-            weight(on.max)
-        } else {
-            0.0
-        };
-        let zp: f64 = ov.patch.iter().map(|p| weight(p.1)).sum();
-        let z = on.z * k + zp;
+        let weight = |l: f32| scaled(l, max, 1.0).exp();
         let u = crate::stats::U64;
-        let err = on.err * k * (1.0 + 8.0 * u) + 8.0 * u * z;
-        let err = err + z * (row.len() as f64 + 2.0) * 2.0 * u;
-        // (The ends, moved out by a few more ulps for their own roundings.)
+        // The stage's own total, in id order: `n` roundings of the sum and an ulp per
+        // `exp`.
+        let (z, err) = (near.z, near.err + near.z * (row.len() as f64 + 2.0) * 2.0 * u);
         let (lo, hi) = ((z - err) * (1.0 - 4.0 * u), (z + err) * (1.0 + 4.0 * u));
         if lo.is_nan() || lo <= 0.0 {
             return Ok(false);
@@ -1003,26 +991,11 @@ impl Engine {
             // A kept token weighs at least `cut` of the total, itself at least the
             // maximum's weight 1: none lies below `max + ln(cut)`. The mass pass finds
             // the maximum and collects the tokens above that (with a margin) on the way.
-            let offset = cut.ln() - 1e-3;
-            let (on, all) =
-                crate::simd::online_collect(row, marks, offset, FLOOR_DIRECT, &mut s.cand);
-            if on.bad {
-                adjust::first_non_finite_of(row)?;
-            }
-            ov.check()?;
-            let max = ov.patch.iter().fold(on.max, |m, p| m.max(p.1));
-            fused_max = Some(max);
-            if max > f32::NEG_INFINITY {
-                let above = crate::mass::collect_above(max, offset);
-                if all {
-                    // (A patch above the row's maximum raises the threshold.)
-                    s.cand.retain(|c| c.0 >= above);
-                    collected = Some(above);
-                }
-                // The row's mass relative to `max`: one more factor (within a few ulps).
-                let k = scaled(on.max, max, 1.0).exp();
-                let (z, err) = (on.z * k, on.err * k * (1.0 + 8.0 * crate::stats::U64));
-                fused = Some((cut, z, err));
+            let near = near_max_mass(row, ov, cut.ln() - 1e-3, &mut s.cand)?;
+            fused_max = Some(near.max);
+            if near.max > f32::NEG_INFINITY {
+                collected = near.above;
+                fused = Some((cut, near.z, near.err));
             }
         }
         if let Floor::Eta { .. } = rule {
@@ -1042,11 +1015,7 @@ impl Engine {
                 let Some((cut, z, err)) = fused else {
                     return Ok(FloorCut::Undecided);
                 };
-                let zp: f64 = ov.patch.iter().map(|p| scaled(p.1, max, 1.0).exp()).sum();
-                // (The patches' `f64` weights within a few ulps; the rescaled row's
-                // mass within a few more.)
-                let err = err + 8.0 * crate::stats::U64 * (zp + z);
-                crate::floor_band::epsilon(cut, z + zp, err, n, max)
+                crate::floor_band::epsilon(cut, z, err, n, max)
             }
             Floor::Eta { epsilon, .. } => {
                 let Some(e) = fused_entropy else {
@@ -2753,6 +2722,58 @@ fn adjusted_max<U: Logit>(adj: &[U], ov: &adjust::Overlay) -> Result<f32, Error>
         max = max.max(l);
     }
     Ok(max)
+}
+
+/// What one pass finds near the maximum of the adjusted row: see [`near_max_mass`].
+struct NearMax {
+    /// The adjusted row's maximum (the patches' included).
+    max: f32,
+    /// The adjusted row's mass relative to `max` (the patches' `f64` weights included)
+    /// and a bound on its error: the pass's own, its rescale to `max` and the patches'
+    /// weights within a few ulps each.
+    z: f64,
+    err: f64,
+    /// `Some(above)` when the candidates hold every unmarked token at or above `above`
+    /// (no patch), in no particular order.
+    above: Option<f32>,
+}
+
+/// One vectorised pass over `row` under `ov` (checking the row and the patches): the
+/// adjusted row's maximum and mass, with the unmarked tokens within `offset` (`< 0`)
+/// nats of the maximum collected into `cand` when there are at most [`FLOOR_DIRECT`].
+/// A patch above the row's maximum raises the collection's threshold with it.
+fn near_max_mass<T: Logit>(
+    row: &[T],
+    ov: &adjust::Overlay,
+    offset: f64,
+    cand: &mut Vec<Cand>,
+) -> Result<NearMax, Error> {
+    let (on, all) = crate::simd::online_collect(row, ov.marked(), offset, FLOOR_DIRECT, cand);
+    if on.bad {
+        adjust::first_non_finite_of(row)?;
+    }
+    ov.check()?;
+    let max = ov.patch.iter().fold(on.max, |m, p| m.max(p.1));
+    if max == f32::NEG_INFINITY {
+        return Ok(NearMax {
+            max,
+            z: 0.0,
+            err: 0.0,
+            above: None,
+        });
+    }
+    let above = crate::mass::collect_above(max, offset);
+    let above = all.then(|| {
+        cand.retain(|c| c.0 >= above);
+        above
+    });
+    // The row's mass relative to `max`: one more factor (within a few ulps).
+    let k = scaled(on.max, max, 1.0).exp();
+    let zp: f64 = ov.patch.iter().map(|p| scaled(p.1, max, 1.0).exp()).sum();
+    let z = on.z * k + zp;
+    let u = crate::stats::U64;
+    let err = on.err * k * (1.0 + 8.0 * u) + 8.0 * u * z;
+    Ok(NearMax { max, z, err, above })
 }
 
 /// The adjusted row's maximum and its [`Entropy`](crate::stats::Entropy) sums (`row`
