@@ -908,7 +908,10 @@ impl Engine {
         let u = crate::stats::U64;
         // The stage's own total, in id order: `n` roundings of the sum and an ulp per
         // `exp`.
-        let (z, err) = (near.z, near.err + near.z * (row.len() as f64 + 2.0) * 2.0 * u);
+        let (z, err) = (
+            near.z,
+            near.err + near.z * (row.len() as f64 + 2.0) * 2.0 * u,
+        );
         let (lo, hi) = ((z - err) * (1.0 - 4.0 * u), (z + err) * (1.0 + 4.0 * u));
         if lo.is_nan() || lo <= 0.0 {
             return Ok(false);
@@ -1158,7 +1161,7 @@ impl Engine {
         }
         // The fast bounds too wide for a decision: again from the precise statistics (and
         // a precise histogram).
-        let mut e = crate::simd::row_entropy_precise(row, self.scratch.overlay.marked(), max);
+        let mut e = crate::stats::entropy_precise(row, self.scratch.overlay.marked(), max);
         for &(_, l) in &self.scratch.overlay.patch {
             e.add_exact(l, max);
         }

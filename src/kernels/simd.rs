@@ -530,14 +530,6 @@ dispatch!(
 );
 
 dispatch!(
-    /// [`stats::entropy_precise`], on the widest vectors the CPU has (the same values at
-    /// every level: no multiply-add is fused).
-    row_entropy_precise, row_entropy_precise_avx2, row_entropy_precise_avx512,
-    stats::entropy_precise,
-    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32) -> stats::Entropy
-);
-
-dispatch!(
     /// [`stats::moments`], on the widest vectors the CPU has.
     row_moments, row_moments_avx2, row_moments_avx512, stats::moments,
     fn<T>(row: &[T], marks: Option<&[u32]>, r: f32) -> stats::Moments
@@ -676,20 +668,6 @@ mod tests {
                         }
                     }
                     let exact = mass::precise(&row, ov.marked(), max, t, ceiling);
-                    let sums = stats::entropy_precise(&row, ov.marked(), max);
-                    let fields = |e: stats::Entropy| [e.z, e.z_err, e.s, e.s_err].map(f64::to_bits);
-                    // SAFETY: each copy runs only when the CPU was found to support it.
-                    unsafe {
-                        let marks = ov.marked();
-                        if avx2 {
-                            let e2 = row_entropy_precise_avx2(&row, marks, max);
-                            assert_eq!(fields(e2), fields(sums));
-                        }
-                        if avx512 {
-                            let e2 = row_entropy_precise_avx512(&row, marks, max);
-                            assert_eq!(fields(e2), fields(sums));
-                        }
-                    }
                     // SAFETY: each copy runs only when the CPU was found to support it.
                     unsafe {
                         let marks = ov.marked();

@@ -112,10 +112,8 @@ pub(crate) fn entropy<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> E
 /// - below `MIN_ARG` (`-inf` entries included) the weight is `e^MIN_ARG` and the term
 ///   0: at most `e^MIN_ARG` and `709 e^MIN_ARG` from the exact ones per entry.
 ///
-/// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
-/// [`simd::row_entropy_precise`](crate::simd::row_entropy_precise) can compile it for
-/// wider vectors.
-#[inline(always)]
+/// The row must hold no NaN or `+inf` (checked beforehand). Typical-p runs it only when
+/// the fast statistics leave a decision open, so it has no wider copies.
 pub(crate) fn entropy_precise<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> Entropy {
     match marks {
         None => entropy_precise_with::<T, false>(row, &[], max),
