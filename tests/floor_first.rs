@@ -119,6 +119,21 @@ fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
         )
 }
 
+/// A case of `row` with `rule` and `tail` alone: no bias, penalties, history or mask,
+/// `f32`.
+fn plain(row: Vec<f32>, rule: Rule, tail: u8) -> Case {
+    Case {
+        row,
+        rule,
+        tail,
+        bias: false,
+        penalties: false,
+        history: Vec::new(),
+        mask: None,
+        dtype: 0,
+    }
+}
+
 fn build(c: &Case, wrap: bool) -> Chain {
     let n = c.row.len();
     let mut b = Chain::builder(n);
@@ -313,16 +328,7 @@ fn tokens_on_the_floor_are_decided_exactly() {
     ];
     for (row, rule) in cases {
         for tail in 0..3 {
-            let c = Case {
-                row: row.clone(),
-                rule,
-                tail,
-                bias: false,
-                penalties: false,
-                history: Vec::new(),
-                mask: None,
-                dtype: 0,
-            };
+            let c = plain(row.clone(), rule, tail);
             check(&c).unwrap_or_else(|e| panic!("{rule:?} on {row:?}: {e}"));
         }
     }
@@ -372,16 +378,7 @@ fn xtc_tokens_at_the_threshold_are_decided_exactly() {
         for _ in 0..48 {
             row[i] = l;
             for strict in [false, true] {
-                let c = Case {
-                    row: row.clone(),
-                    rule: Rule::Xtc(1.0, thr, strict, 1, false),
-                    tail: 2,
-                    bias: false,
-                    penalties: false,
-                    history: Vec::new(),
-                    mask: None,
-                    dtype: 0,
-                };
+                let c = plain(row.clone(), Rule::Xtc(1.0, thr, strict, 1, false), 2);
                 check(&c)
                     .unwrap_or_else(|e| panic!("{thr}, token {i} at {l}, strict {strict}: {e}"));
             }
@@ -472,16 +469,7 @@ fn typical_p_tokens_tied_at_the_cut_are_decided_exactly() {
         for step in -40..=40 {
             row[j] = step as f32 * 2.5e-8;
             for tail in [0, 2] {
-                let c = Case {
-                    row: row.clone(),
-                    rule: Rule::Typical(mass, 1),
-                    tail,
-                    bias: false,
-                    penalties: false,
-                    history: Vec::new(),
-                    mask: None,
-                    dtype: 0,
-                };
+                let c = plain(row.clone(), Rule::Typical(mass, 1), tail);
                 check(&c).unwrap_or_else(|e| panic!("{mass}, token {j} at {}: {e}", row[j]));
             }
         }
@@ -505,16 +493,7 @@ fn errors_are_those_of_the_dense_path() {
             Rule::Xtc(1.0, 0.1, false, 1, false),
             Rule::Typical(0.9, 1),
         ] {
-            let c = Case {
-                row: row.clone(),
-                rule,
-                tail: 0,
-                bias: false,
-                penalties: false,
-                history: Vec::new(),
-                mask: None,
-                dtype: 0,
-            };
+            let c = plain(row.clone(), rule, 0);
             let (mut f, mut s) = (build(&c, false), build(&c, true));
             let a = f.sample(&row);
             assert!(a.is_err(), "{rule:?} on {row:?}");
@@ -524,16 +503,7 @@ fn errors_are_those_of_the_dense_path() {
     let mut nothing = TokenMask::new_empty(3);
     nothing.clear_tail();
     let row = [1.0f32, 2.0, 3.0];
-    let c = Case {
-        row: row.to_vec(),
-        rule: Rule::Eta(0.01, 1),
-        tail: 0,
-        bias: false,
-        penalties: false,
-        history: Vec::new(),
-        mask: None,
-        dtype: 0,
-    };
+    let c = plain(row.to_vec(), Rule::Eta(0.01, 1), 0);
     let (mut f, mut s) = (build(&c, false), build(&c, true));
     let a = f.sample_masked(&row, &nothing);
     assert!(a.is_err());

@@ -3622,6 +3622,30 @@ fn exact_hist<U: Logit>(
 mod tests {
     use super::*;
 
+    /// A chain of `stage`, then temperature 0.8 and the draw, over `n` tokens.
+    fn first_of(stage: impl Stage + Clone + 'static, n: usize) -> crate::Chain {
+        crate::Chain::builder(n)
+            .stage(stage)
+            .stage(crate::Temperature::new(0.8).unwrap())
+            .draw()
+            .build()
+            .unwrap()
+    }
+
+    /// The candidates `stage`'s own `apply` leaves of `row`, at step 0 of `e`'s history.
+    fn applied(mut stage: impl Stage, row: &[f32], e: &Engine) -> Candidates {
+        let mut c = Candidates::new();
+        c.reset_dense(row.len());
+        c.logits_mut().copy_from_slice(row);
+        let ctx = StageContext {
+            history: e.seq.view(),
+            seed: 0,
+            step: 0,
+        };
+        stage.apply(&mut c, &ctx).unwrap();
+        c
+    }
+
     /// Epsilon, eta, top-n-sigma and mirostat v2 first decide ordinary rows from the fast statistic
     /// alone, without the dense copy (the tests in `tests/floor_first.rs` check that
     /// every decision agrees with the stage's own `apply`).
@@ -3675,12 +3699,7 @@ mod tests {
             }
             for (mass, keep) in [(0.5f32, 1usize), (0.9, 1), (0.95, 4)] {
                 let stage = crate::TypicalP::new(mass).unwrap().min_keep(keep);
-                let mut chain = crate::Chain::builder(n)
-                    .stage(stage.clone())
-                    .stage(crate::Temperature::new(0.8).unwrap())
-                    .draw()
-                    .build()
-                    .unwrap();
+                let mut chain = first_of(stage.clone(), n);
                 let e = &mut chain.engine;
                 assert!(e.floor_first, "typical-p first is planned on the row");
                 let Lowering::Floor(rule) = e.stages[0].lowering() else {
@@ -3695,17 +3714,7 @@ mod tests {
                 );
                 let mut kept: Vec<TokenId> = e.cands.ids().to_vec();
                 kept.sort_unstable();
-                let mut c = Candidates::new();
-                c.reset_dense(n);
-                c.logits_mut().copy_from_slice(&row);
-                let ctx = StageContext {
-                    history: e.seq.view(),
-                    seed: 0,
-                    step: 0,
-                };
-                let mut stage = stage;
-                stage.apply(&mut c, &ctx).unwrap();
-                assert_eq!(kept, c.ids(), "{n}, {scale}, {mass}");
+                assert_eq!(kept, applied(stage, &row, e).ids(), "{n}, {scale}, {mass}");
                 assert!(kept.len() < n / 2, "{n}, {scale}, {mass}: {}", kept.len());
             }
         }
@@ -3734,12 +3743,7 @@ mod tests {
             }
             for &mass in masses {
                 let stage = crate::TypicalP::new(mass).unwrap();
-                let mut chain = crate::Chain::builder(n)
-                    .stage(stage.clone())
-                    .stage(crate::Temperature::new(0.8).unwrap())
-                    .draw()
-                    .build()
-                    .unwrap();
+                let mut chain = first_of(stage.clone(), n);
                 let e = &mut chain.engine;
                 let Lowering::Floor(rule) = e.stages[0].lowering() else {
                     panic!("typical-p lowers to a floor");
@@ -3763,33 +3767,16 @@ mod tests {
                     .filter(|&id| (f64::from(row[id as usize]) - f64::from(top)) / t >= ln)
                     .collect();
                 e.scratch.overlay.clear();
-                let mut c = Candidates::new();
-                c.reset_dense(n);
-                c.logits_mut().copy_from_slice(&row);
-                let ctx = StageContext {
-                    history: e.seq.view(),
-                    seed: 0,
-                    step: 0,
-                };
-                let mut stage = stage;
-                stage.apply(&mut c, &ctx).unwrap();
+                let c = applied(stage, &row, e);
                 let want = c.ids();
-                let extra: Vec<_> = kept
-                    .iter()
-                    .filter(|id| want.binary_search(id).is_err())
-                    .collect();
-                let missing: Vec<_> = want
-                    .iter()
-                    .filter(|id| kept.binary_search(id).is_err())
-                    .collect();
-                assert!(
-                    extra.is_empty() && missing.is_empty(),
-                    "{n}, {scale}, {mass}: kept {} of {}; extra {:?}, missing {:?} (top {top}, ln {ln}, {:?})",
+                let extra = kept.iter().filter(|id| want.binary_search(id).is_err());
+                let missing = want.iter().filter(|id| kept.binary_search(id).is_err());
+                assert_eq!(
+                    (extra.count(), missing.count()),
+                    (0, 0),
+                    "{n}, {scale}, {mass}: kept {} of {} (top {top}, ln {ln})",
                     kept.len(),
                     want.len(),
-                    &extra[..extra.len().min(5)],
-                    &missing[..missing.len().min(5)],
-                    missing.iter().map(|&&id| (row[id as usize], e.scratch.overlay.is_patched(id))).collect::<Vec<_>>(),
                 );
                 assert!(kept.len() > FLOOR_DIRECT, "{n}, {scale}, {mass}");
             }
@@ -3815,12 +3802,7 @@ mod tests {
                 let stage = crate::Xtc::new(1.0, threshold)
                     .unwrap()
                     .special_tokens(special.iter().copied());
-                let mut chain = crate::Chain::builder(n)
-                    .stage(stage.clone())
-                    .stage(crate::Temperature::new(0.8).unwrap())
-                    .draw()
-                    .build()
-                    .unwrap();
+                let mut chain = first_of(stage.clone(), n);
                 let e = &mut chain.engine;
                 assert!(e.xtc.is_some(), "XTC first is planned as bans");
                 e.build_patches(&row[..], None);
@@ -3829,16 +3811,7 @@ mod tests {
                     .filter(|&id| e.scratch.overlay.is_patched(id))
                     .collect();
                 e.scratch.overlay.clear();
-                let mut c = Candidates::new();
-                c.reset_dense(n);
-                c.logits_mut().copy_from_slice(&row);
-                let ctx = StageContext {
-                    history: e.seq.view(),
-                    seed: 0,
-                    step: 0,
-                };
-                let mut stage = stage;
-                stage.apply(&mut c, &ctx).unwrap();
+                let c = applied(stage, &row, e);
                 let removed: Vec<TokenId> = (0..n as TokenId)
                     .filter(|id| c.ids().binary_search(id).is_err())
                     .collect();
@@ -3890,12 +3863,7 @@ mod tests {
         let mut x = 0x0bad_cafe_f00d_d00du64;
         let n = 151_936;
         let row = crate::test_rows::uniform_row(&mut x, n, 0.5, 101, 7);
-        let mut chain = crate::Chain::builder(n)
-            .stage(crate::EtaCutoff::new(3e-4).unwrap())
-            .stage(crate::Temperature::new(0.8).unwrap())
-            .draw()
-            .build()
-            .unwrap();
+        let mut chain = first_of(crate::EtaCutoff::new(3e-4).unwrap(), n);
         let e = &mut chain.engine;
         let Lowering::Floor(rule) = e.stages[0].lowering() else {
             panic!("a floor stage lowers to a floor");

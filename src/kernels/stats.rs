@@ -385,21 +385,39 @@ fn moments_with<T: Logit, const MARKS: bool>(row: &[T], marks: &[u32], r: f32) -
 mod tests {
     use super::*;
 
+    /// The mass and the entropy sum of the unmarked finite entries of `row` relative to
+    /// `max`: each term in `f64` (within two ulps of its exact value), summed exactly.
     fn exact_entropy(row: &[f32], marks: Option<&[u32]>, max: f32) -> (f64, f64) {
-        let (mut z, mut s) = (0.0f64, 0.0f64);
+        use crate::kernels::exact_sum::ExactSum;
+        let (mut z, mut s) = (ExactSum::new(), ExactSum::new());
         for (i, &l) in row.iter().enumerate() {
-            if marks.is_some_and(|m| is_marked(m, i)) || l == f32::NEG_INFINITY {
-                continue;
+            if !marks.is_some_and(|m| is_marked(m, i)) && l > f32::NEG_INFINITY {
+                let x = f64::from(l) - f64::from(max);
+                z.add(x.exp());
+                s.add(-(x.exp() * x));
             }
-            let x = f64::from(l) - f64::from(max);
-            z += x.exp();
-            s -= x.exp() * x;
         }
-        (z, s)
+        (z.to_f64(), s.to_f64())
     }
 
-    #[test]
-    fn the_fast_entropy_sums_are_within_their_bounds_and_the_bounds_are_tight() {
+    /// The fast sums `e` of a row of `n` entries hold the exact `(z, s)` within their
+    /// bounds, and the bounds are tight (`1e-5` of the mass, `1e-4` of the sums).
+    fn assert_fast_bounds(e: &Entropy, (z, s): (f64, f64), n: usize) {
+        assert!((e.z - z).abs() <= e.z_err, "n {n}: z {} vs {z}", e.z);
+        assert!((e.s - s).abs() <= e.s_err, "n {n}: s {} vs {s}", e.s);
+        let tiny = n as f64 * 1e-30;
+        assert!(e.z_err <= 1e-5 * z + tiny, "z bound {} loose", e.z_err);
+        assert!(
+            e.s_err <= 1e-4 * (s + z) + tiny,
+            "s bound {} loose",
+            e.s_err
+        );
+    }
+
+    /// Calls `check(row, marks, max)` on noisy rows with an outlier and a `-inf`, each
+    /// without marks and with a third of its entries marked (`max` the largest unmarked
+    /// entry).
+    fn entropy_cases(mut check: impl FnMut(&[f32], Option<&[u32]>, f32)) {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for (n, scale) in [
             (151_936usize, 2.0f32),
@@ -419,79 +437,51 @@ mod tests {
                     .filter(|&i| !marks.is_some_and(|m| is_marked(m, i)))
                     .map(|i| row[i])
                     .fold(f32::NEG_INFINITY, f32::max);
-                let (z, s) = exact_entropy(&row, marks, max);
-                for e in [
-                    entropy(&row, marks, max),
-                    entropy_in::<f32, true>(&row, marks, max),
-                ] {
-                    assert!((e.z - z).abs() <= e.z_err, "n {n}: z {} vs {z}", e.z);
-                    assert!((e.s - s).abs() <= e.s_err, "n {n}: s {} vs {s}", e.s);
-                    let tiny = n as f64 * 1e-30;
-                    assert!(e.z_err <= 1e-5 * z + tiny, "z bound {} loose", e.z_err);
-                    assert!(
-                        e.s_err <= 1e-4 * (s + z) + tiny,
-                        "s bound {} loose",
-                        e.s_err
-                    );
-                }
+                check(&row, marks, max);
             }
         }
     }
 
-    /// The precise sums against sums of the `f64` terms that are exact but for each
-    /// term's own rounding, within bounds a billion times narrower than the fast ones'.
+    #[test]
+    fn the_fast_entropy_sums_are_within_their_bounds_and_the_bounds_are_tight() {
+        entropy_cases(|row, marks, max| {
+            let n = row.len();
+            let (z, s) = exact_entropy(row, marks, max);
+            for e in [
+                entropy(row, marks, max),
+                entropy_in::<f32, true>(row, marks, max),
+            ] {
+                assert_fast_bounds(&e, (z, s), n);
+            }
+        });
+    }
+
+    /// The precise sums within bounds a billion times narrower than the fast ones'.
     #[test]
     fn the_precise_entropy_sums_are_within_their_bounds() {
-        use crate::kernels::exact_sum::ExactSum;
-        let mut x = 0x5851_f42d_4c95_7f2du64;
-        for (n, scale) in [
-            (151_936usize, 2.0f32),
-            (151_936, 0.05),
-            (4_099, 30.0),
-            (17, 3.0),
-            (1_000, 1e3),
-        ] {
-            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 101, 7);
-            row[n / 3] = 8.0 * scale;
-            row[n / 5] = f32::NEG_INFINITY;
-            let marks: Vec<u32> = (0..n.div_ceil(32))
-                .map(|w| if w % 2 == 1 { 0x8421_0f0f } else { 0 })
-                .collect();
-            for marks in [None, Some(&marks[..])] {
-                let max = (0..n)
-                    .filter(|&i| !marks.is_some_and(|m| is_marked(m, i)))
-                    .map(|i| row[i])
-                    .fold(f32::NEG_INFINITY, f32::max);
-                let (mut z, mut s) = (ExactSum::new(), ExactSum::new());
-                for (i, &l) in row.iter().enumerate() {
-                    if !marks.is_some_and(|m| is_marked(m, i)) && l > f32::NEG_INFINITY {
-                        let x = f64::from(l) - f64::from(max);
-                        z.add(x.exp());
-                        s.add(-(x.exp() * x));
-                    }
-                }
-                let (z, s) = (z.to_f64(), s.to_f64());
-                let e = entropy_precise(&row, marks, max);
-                // (Each reference term within two ulps of its exact value.)
-                assert!(
-                    (e.z - z).abs() <= e.z_err + 4.0 * U64 * z,
-                    "n {n}: z {} vs {z}",
-                    e.z
-                );
-                assert!(
-                    (e.s - s).abs() <= e.s_err + 4.0 * U64 * s,
-                    "n {n}: s {} vs {s}",
-                    e.s
-                );
-                let tiny = n as f64 * 1e-300;
-                assert!(e.z_err <= 1e-10 * z + tiny, "z bound {} loose", e.z_err);
-                assert!(
-                    e.s_err <= 1e-9 * (s + z) + tiny,
-                    "s bound {} loose",
-                    e.s_err
-                );
-            }
-        }
+        entropy_cases(|row, marks, max| {
+            let n = row.len();
+            let (z, s) = exact_entropy(row, marks, max);
+            let e = entropy_precise(row, marks, max);
+            // (Each reference term within two ulps of its exact value.)
+            assert!(
+                (e.z - z).abs() <= e.z_err + 4.0 * U64 * z,
+                "n {n}: z {} vs {z}",
+                e.z
+            );
+            assert!(
+                (e.s - s).abs() <= e.s_err + 4.0 * U64 * s,
+                "n {n}: s {} vs {s}",
+                e.s
+            );
+            let tiny = n as f64 * 1e-300;
+            assert!(e.z_err <= 1e-10 * z + tiny, "z bound {} loose", e.z_err);
+            assert!(
+                e.s_err <= 1e-9 * (s + z) + tiny,
+                "s bound {} loose",
+                e.s_err
+            );
+        });
     }
 
     /// Rows for the one-pass statistics: noisy, rising in every span (the most
@@ -536,16 +526,7 @@ mod tests {
                 assert_eq!((e.z, e.s), (0.0, 0.0));
                 continue;
             }
-            let (z, s) = exact_entropy(&v, marks, max);
-            assert!((e.z - z).abs() <= e.z_err, "n {n}: z {} vs {z}", e.z);
-            assert!((e.s - s).abs() <= e.s_err, "n {n}: s {} vs {s}", e.s);
-            let tiny = n as f64 * 1e-30;
-            assert!(e.z_err <= 1e-5 * z + tiny, "z bound {} loose", e.z_err);
-            assert!(
-                e.s_err <= 1e-4 * (s + z) + tiny,
-                "s bound {} loose",
-                e.s_err
-            );
+            assert_fast_bounds(&e, exact_entropy(&v, marks, max), n);
         }
     }
 
