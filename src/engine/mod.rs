@@ -1153,9 +1153,8 @@ impl Engine {
         if max == f32::NEG_INFINITY || n < 2 {
             return Ok(FloorCut::Undecided);
         }
-        let mut histogram = false;
         let rule = (mass, keep, crowded);
-        match self.typical_try(row, (max, &e, false), rule, &mut histogram) {
+        match self.typical_try(row, (max, &e, false), rule) {
             TypicalCut::Tight => {}
             cut => return Ok(cut.into()),
         }
@@ -1165,23 +1164,19 @@ impl Engine {
         for &(_, l) in &self.scratch.overlay.patch {
             e.add_exact(l, max);
         }
-        let mut histogram = false;
-        Ok(self
-            .typical_try(row, (max, &e, true), rule, &mut histogram)
-            .into())
+        Ok(self.typical_try(row, (max, &e, true), rule).into())
     }
 
     /// [`typical_cut`](Self::typical_cut) from the statistics `e` of the row (whose
     /// maximum is `max`; `precise` when they come from the `f64` pass, and so does the
     /// histogram): the sampled guess and its walk, then the histogram's guess and its
-    /// walk, then the crowded cut, as each calls for the next. `histogram` is true once
-    /// the histogram is filled.
+    /// walk, then the crowded cut, as each calls for the next (the histogram filled once
+    /// at most).
     fn typical_try<T: Logit>(
         &mut self,
         row: &[T],
         (max, e, precise): (f32, &crate::stats::Entropy, bool),
         (mass, keep, crowded): (f64, usize, bool),
-        histogram: &mut bool,
     ) -> TypicalCut {
         let Some((c, delta, mag)) = crate::floor_band::typical(e, row.len()) else {
             return TypicalCut::Undecided;
@@ -1196,14 +1191,13 @@ impl Engine {
         );
         let centre = Centre { max, c, delta, mag };
         let (reach, many) = self.typical_guess(row, &centre, (1.0 - mass) * e.z);
+        let mut histogram = false;
         if !many {
             match self.typical_walk(row, &centre, reach, targets, keep) {
                 TypicalCut::Overflow => {}
                 TypicalCut::Short => {
-                    if !*histogram {
-                        self.typical_histogram(row, &centre, precise);
-                        *histogram = true;
-                    }
+                    self.typical_histogram(row, &centre, precise);
+                    histogram = true;
                     let reach = self.typical_histogram_guess(&centre, targets.0) + 2.0 / 64.0;
                     match self.typical_walk(row, &centre, reach, targets, keep) {
                         TypicalCut::Overflow => {}
@@ -1217,9 +1211,8 @@ impl Engine {
         if !crowded {
             return TypicalCut::Undecided;
         }
-        if !*histogram {
+        if !histogram {
             self.typical_histogram(row, &centre, precise);
-            *histogram = true;
         }
         self.typical_crowded(row, &centre, targets, precise)
     }
@@ -1345,7 +1338,6 @@ impl Engine {
         keep: usize,
     ) -> TypicalCut {
         let s = &mut self.scratch;
-        let u = crate::stats::U64;
         let &Centre { max, c, delta, mag } = centre;
         let frame = Frame::new(max, 1.0);
         let reach = reach + 2.0 * delta;
@@ -1387,12 +1379,7 @@ impl Engine {
             beyond = beyond.min(c - x_of(b));
             reach_x = reach_x.max(x_of(b).abs());
         }
-        for &(l, _) in &s.cand {
-            reach_x = reach_x.max(x_of(l).abs());
-        }
-        // The bound on a distance's roundings, and with the centre's bound.
-        let sigma_r = 6.06 * u * (reach_x + mag);
-        let sigma = delta * 1.01 + sigma_r;
+        let (sigma, sigma_r) = typical_sigmas(centre, &[&s.cand], reach_x);
         // The collected tokens by distance: those at or above the centre backwards, and
         // those below it forwards, merged.
         let cand = &s.cand;
@@ -1407,8 +1394,7 @@ impl Engine {
         if beyond - sigma <= d_i + sigma {
             return TypicalCut::Short;
         }
-        let x = |l: f32| x_of(l);
-        if !typical_separated(cand, (l_i, d_i, c), &x, (sigma, sigma_r)) {
+        if !typical_separated(cand, (l_i, d_i, c), &x_of, (sigma, sigma_r)) {
             return TypicalCut::Tight;
         }
         s.cand.retain(|c| dist(c.0) <= d_i);
@@ -1435,8 +1421,8 @@ impl Engine {
     /// lies within its weight, every token of another logit is more than `2 sigma` away
     /// from its distance, the tokens of the buckets between the zones are nearer than
     /// that and those below the lower zone further. The collected tokens above the
-    /// centre and beyond the cut are banned; the floor lies `sigma` beyond the cut below
-    /// the centre, where no token lies, as a threshold from the largest token kept.
+    /// centre and beyond the cut are banned; the floor lies half an `f32` step below the
+    /// lowest token kept below the centre, as a threshold from the largest token kept.
     fn typical_crowded<T: Logit>(
         &mut self,
         row: &[T],
@@ -1509,12 +1495,7 @@ impl Engine {
             beyond = c - x_of(b);
             reach_x = reach_x.max(x_of(b).abs());
         }
-        for &(l, _) in s.cand.iter().chain(&s.cand2) {
-            reach_x = reach_x.max(x_of(l).abs());
-        }
-        // The bound on a distance's roundings, and with the centre's bound.
-        let sigma_r = 6.06 * u * (reach_x + mag);
-        let sigma = delta * 1.01 + sigma_r;
+        let (sigma, sigma_r) = typical_sigmas(centre, &[&s.cand, &s.cand2], reach_x);
         // Every collected token above the centre, nearest first (backwards), merged with
         // the lower zone's (forwards).
         let (hi_side, lo_side) = (&s.cand, &s.cand2);
@@ -1533,10 +1514,9 @@ impl Engine {
         if d_inner + 2.0 * sigma >= d_i || beyond - sigma <= d_i + sigma {
             return TypicalCut::Undecided;
         }
-        let x = |l: f32| x_of(l);
         let bounds = (sigma, sigma_r);
-        if !typical_separated(hi_side, (l_i, d_i, c), &x, bounds)
-            || !typical_separated(lo_side, (l_i, d_i, c), &x, bounds)
+        if !typical_separated(hi_side, (l_i, d_i, c), &x_of, bounds)
+            || !typical_separated(lo_side, (l_i, d_i, c), &x_of, bounds)
         {
             return TypicalCut::Tight;
         }
@@ -2801,6 +2781,18 @@ fn entropy_under<U: Logit>(
         }
     }
     Ok((max, e))
+}
+
+/// The bounds on typical-p's distances from `centre` (see
+/// [`floor_band::typical`](crate::floor_band::typical)) for the tokens of `tokens` and
+/// any token within `reach` nats of the maximum: `(sigma, sigma_r)`, the bound on a
+/// distance's roundings `sigma_r` and, with the centre's own bound, `sigma`.
+fn typical_sigmas(centre: &Centre, tokens: &[&[Cand]], reach: f64) -> (f64, f64) {
+    let max = f64::from(centre.max);
+    let far = |r: f64, p: &Cand| r.max((f64::from(p.0) - max).abs());
+    let reach = tokens.iter().flat_map(|t| t.iter()).fold(reach, far);
+    let sigma_r = 6.06 * crate::stats::U64 * (reach + centre.mag);
+    (centre.delta * 1.01 + sigma_r, sigma_r)
 }
 
 /// True when the stage orders every token of `tokens` whose logit is not `l_i` as
