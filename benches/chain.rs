@@ -254,6 +254,10 @@ fn chains(c: &mut Criterion) {
             let c = seeded_chain(vec![top_k(40), stage, temperature(0.8)], seed);
             bench_chain(&mut g, &format!("chain_top_k_40_{name}_temp_0.8"), c, &row);
         }
+        // A reordered chain: a zoo stage first, then a cut.
+        let (name, stage, seed) = zoo().swap_remove(0);
+        let c = seeded_chain(vec![stage, top_k(40), temperature(0.8)], seed);
+        bench_chain(&mut g, &format!("chain_{name}_top_k_40_temp_0.8"), c, &row);
 
         // The full distribution, nothing cut.
         let mut s = Sampler::new(params(SamplingParams::builder()), N).unwrap();
