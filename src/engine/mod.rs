@@ -270,6 +270,8 @@ pub(crate) struct Engine {
     cands: Candidates,
     /// The candidates' weights, for the end of a chain on the compact set.
     weights: Vec<f64>,
+    /// Indices into the candidate set, for a draw from a set not in draw order.
+    order: Vec<u32>,
 }
 
 /// A copy with buffers of its own, sized as [`Engine::new`] sizes them, so that a clone
@@ -308,6 +310,7 @@ impl Clone for Engine {
             dense: Candidates::new(),
             cands: Candidates::new(),
             weights: Vec::new(),
+            order: Vec::new(),
         };
         let _ = e.size_buffers();
         e
@@ -378,6 +381,7 @@ impl Engine {
             dense: Candidates::new(),
             cands: Candidates::new(),
             weights: Vec::new(),
+            order: Vec::new(),
         };
         engine.plan_first();
         engine.size_buffers().map_err(oom)?;
@@ -405,6 +409,7 @@ impl Engine {
         if self.group < self.stages.len() || self.pre > self.lead {
             self.cands.reserve(n)?;
             crate::scratch::reserve_total(&mut self.weights, n)?;
+            crate::scratch::reserve_total(&mut self.order, n)?;
         }
         Ok(())
     }
@@ -1739,12 +1744,23 @@ impl Engine {
             step: self.seq.step(),
         };
         run_stages(&mut self.stages[from..], c, &ctx, self.vocab_size)?;
-        c.sort();
-        if c.is_empty() {
+        // A set that a stage left out of draw order is drawn, and its probabilities
+        // filled, without sorting it; only a distribution lists it in draw order.
+        let unsorted = !c.is_sorted() && !matches!(goal, Goal::Distribution(_));
+        if !unsorted {
+            c.sort();
+        }
+        if c.max_logit() == f32::NEG_INFINITY {
             return Err(Error::NoCandidates);
         }
         let greedy = self.end == End::Greedy;
-        let total = if greedy {
+        // The greedy pick's index: the first in draw order.
+        let top = if greedy && unsorted {
+            best_index(c.ids(), c.logits())
+        } else {
+            0
+        };
+        let mut total = if greedy {
             self.weights.clear();
             1.0
         } else {
@@ -1766,7 +1782,7 @@ impl Engine {
                 let none = if log { f32::NEG_INFINITY } else { 0.0 };
                 out.fill(none);
                 if greedy {
-                    out[c.ids()[0] as usize] = if log { 0.0 } else { 1.0 };
+                    out[c.ids()[top] as usize] = if log { 0.0 } else { 1.0 };
                 } else {
                     for (&id, &w) in c.ids().iter().zip(&self.weights) {
                         out[id as usize] = probability(w, total, log);
@@ -1776,11 +1792,27 @@ impl Engine {
             }
             Goal::Draw(u) => u.unwrap_or_else(|| self.rng.uniform(ctx.step)),
         };
-        let mut out = if greedy {
-            Sample::new(c.ids()[0], 0.0)
+        let (mut out, top_id) = if greedy {
+            let id = c.ids()[top];
+            (Sample::new(id, 0.0), id)
         } else {
-            let i = draw::inverse_cdf(&self.weights, total, u);
-            Sample::new(c.ids()[i], (self.weights[i] / total).ln() as f32)
+            let fast = unsorted.then(|| {
+                let (ids, logits) = (c.ids(), c.logits());
+                draw::inverse_cdf_unsorted(ids, logits, &self.weights, total, u, &mut self.order)
+            });
+            let i = match fast.flatten() {
+                Some(i) => i,
+                None => {
+                    // (Where the bound cannot decide: the sorted walk, and its exact sums.)
+                    if unsorted {
+                        c.sort();
+                        total = c.weights(&mut self.weights);
+                    }
+                    draw::inverse_cdf(&self.weights, total, u)
+                }
+            };
+            let id = c.ids()[i];
+            (Sample::new(id, (self.weights[i] / total).ln() as f32), id)
         };
         if let Some(n_alt) = self.params.logprobs() {
             let raw_max = adjust::max_checked(raw)?;
@@ -1788,7 +1820,7 @@ impl Engine {
             logprobs::fill(raw, raw_max, n_alt, &mut out, |id| {
                 match c.ids().iter().position(|&x| x == id) {
                     None => f32::NEG_INFINITY,
-                    Some(0) if greedy => 0.0,
+                    Some(_) if greedy && id == top_id => 0.0,
                     Some(_) if greedy => f32::NEG_INFINITY,
                     Some(i) => (weights[i] / total).ln() as f32,
                 }
@@ -2705,6 +2737,14 @@ fn adjusted_max<U: Logit>(adj: &[U], ov: &adjust::Overlay) -> Result<f32, Error>
         max = max.max(l);
     }
     Ok(max)
+}
+
+/// The index of the first of the candidates in draw order: the largest logit, ties to
+/// the lower id.
+fn best_index(ids: &[TokenId], logits: &[f32]) -> usize {
+    (0..ids.len())
+        .min_by(|&a, &b| crate::kernels::order::order(&(logits[a], ids[a]), &(logits[b], ids[b])))
+        .unwrap_or(0)
 }
 
 /// What one pass finds near the maximum of the adjusted row: see [`near_max_mass`].
