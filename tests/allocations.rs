@@ -690,7 +690,8 @@ fn warm_flat_min_p_does_not_allocate() {
 }
 
 /// Typical-p as the first stage, on the row in place: its survivors collected on a peaked
-/// row, bans and a floor on a flat one, with and without a mask.
+/// row, bans and a floor on a flat one, with and without a mask, and with a top-k after
+/// it.
 #[test]
 fn warm_typical_p_first_does_not_allocate() {
     let mut mask = TokenMask::new_empty(V);
@@ -699,19 +700,25 @@ fn warm_typical_p_first_does_not_allocate() {
     }
     for (shape, row) in [("peaked", row()), ("flat", flat_row())] {
         for mask in [None, Some(&mask)] {
-            let mut c = Chain::builder(V)
-                .stage(TypicalP::new(0.95).unwrap())
-                .stage(Temperature::new(0.8).unwrap())
-                .draw()
-                .build()
-                .unwrap();
-            let mut u = 0.0;
-            let n = counted(|| {
-                u = (u + 0.377) % 1.0;
-                c.sample_with_uniform(&row, mask, u).unwrap();
-                c.reset();
-            });
-            assert_eq!(n, 0, "{shape}, mask {}", mask.is_some());
+            // Alone before the temperature, and in llama.cpp's order before top-k 40.
+            for top_k in [None, Some(40)] {
+                let mut b = Chain::builder(V).stage(TypicalP::new(0.95).unwrap());
+                if let Some(k) = top_k {
+                    b = b.stage(TopK::new(k).unwrap());
+                }
+                let mut c = b
+                    .stage(Temperature::new(0.8).unwrap())
+                    .draw()
+                    .build()
+                    .unwrap();
+                let mut u = 0.0;
+                let n = counted(|| {
+                    u = (u + 0.377) % 1.0;
+                    c.sample_with_uniform(&row, mask, u).unwrap();
+                    c.reset();
+                });
+                assert_eq!(n, 0, "{shape}, mask {}, top-k {top_k:?}", mask.is_some());
+            }
         }
     }
 }

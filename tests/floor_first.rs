@@ -58,7 +58,9 @@ fn stage(rule: Rule) -> Box<dyn Stage> {
 struct Case {
     row: Vec<f32>,
     rule: Rule,
-    /// 0: temperature 0.8 after the stage; 1: top-k 5, then temperature 0.7; 2: nothing.
+    /// 0: temperature 0.8 after the stage; 1: top-k 5, then temperature 0.7; 2: nothing;
+    /// 3 and 4: llama.cpp's order after the stage, top-k 40 or 20,000 (more than a flat
+    /// row's floor keeps), then temperature 0.8.
     tail: u8,
     bias: bool,
     penalties: bool,
@@ -71,7 +73,7 @@ fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
     (
         (len, 0u8..7, any::<u64>()),
         (0u8..6, 0usize..5, 0u8..9),
-        (0u8..3, any::<bool>(), any::<bool>(), 0u8..3, 0u8..3),
+        (0u8..5, any::<bool>(), any::<bool>(), 0u8..3, 0u8..3),
     )
         .prop_map(
             |((n, shape, seed), (kind, keep, p), (tail, bias, pen, mask, dtype))| {
@@ -159,6 +161,9 @@ fn build(c: &Case, wrap: bool) -> Chain {
         1 => b
             .stage(TopK::new(5).unwrap())
             .stage(Temperature::new(0.7).unwrap()),
+        3 | 4 => b
+            .stage(TopK::new(if c.tail == 3 { 40 } else { 20_000 }).unwrap())
+            .stage(Temperature::new(0.8).unwrap()),
         _ => b,
     };
     let mut chain = b.draw().seed(11).logprobs(3).build().unwrap();
@@ -327,9 +332,33 @@ fn tokens_on_the_floor_are_decided_exactly() {
         (vec![3.0; 64], Rule::Typical(0.5, 60)),
     ];
     for (row, rule) in cases {
-        for tail in 0..3 {
+        for tail in 0..5 {
             let c = plain(row.clone(), rule, tail);
             check(&c).unwrap_or_else(|e| panic!("{rule:?} on {row:?}: {e}"));
+        }
+    }
+}
+
+/// On flat rows the floor stages keep thousands of tokens; with llama.cpp's order after
+/// them, the top-k takes the floor (and typical-p's bans) on the row in place. Top-k 40
+/// cuts within the floor's survivors, top-k 20,000 past them on most of these rows.
+#[test]
+fn floor_stages_then_top_k_on_flat_rows() {
+    let rules = [
+        Rule::Epsilon(3e-4, 1),
+        Rule::Eta(3e-4, 1),
+        Rule::Mirostat(5.0),
+        Rule::Sigma(1.0),
+        Rule::Typical(0.95, 1),
+        Rule::Typical(0.5, 1),
+    ];
+    for (shape, seed) in [(1u8, 3u64), (5, 4), (2, 5)] {
+        let row = shaped_row(shape, 30_000, seed);
+        for rule in rules {
+            for tail in [3, 4] {
+                check(&plain(row.clone(), rule, tail))
+                    .unwrap_or_else(|e| panic!("{rule:?}, shape {shape}, tail {tail}: {e}"));
+            }
         }
     }
 }

@@ -958,16 +958,24 @@ impl Engine {
     }
 
     /// True when a floor stage's survivors can be left to the first cut group: the
-    /// group right after it is the rest of the chain and cuts nothing itself, the stage
-    /// keeps at least its best token, and the group's temperature holds for the
-    /// histogram.
+    /// group right after it is the rest of the chain (but for a trailing temperature)
+    /// and cuts nothing itself but a top-k, the stage keeps at least its best token, and
+    /// the group's temperature holds for the histogram.
+    ///
+    /// A top-k after the floor stage keeps the best `k` of the tokens at or above the
+    /// floor: the best `k` of the row (the tokens the stage cuts above its interval
+    /// banned), cut at the floor, which is what the group's top-k does with the floor as
+    /// its min-p threshold. Its `min_keep` must be 1, for it would keep tokens below the
+    /// floor, and top-p and min-p after the floor would weigh the top-k's survivors
+    /// before the floor cut them, so they take the compact set instead.
     fn floor_to_group(&self, rule: Floor) -> bool {
         let p = &self.params;
+        let cut_nothing = p.top_k().is_none() && self.draw_temperature.is_none();
+        let top_k_alone = p.top_k().is_some() && p.min_tokens_to_keep() == 1;
         rule.keep() == 1
             && self.pre == self.lead + 1
             && self.group == self.stages.len()
-            && self.draw_temperature.is_none()
-            && p.top_k().is_none()
+            && (cut_nothing || top_k_alone)
             && p.top_p() >= 1.0
             && p.min_p() <= 0.0
             && (p.is_greedy() || histogram::f32_weights_hold(p.temperature()))
@@ -3748,6 +3756,52 @@ mod tests {
                 kept.sort_unstable();
                 assert_eq!(kept, applied(stage, &row, e).ids(), "{n}, {scale}, {mass}");
                 assert!(kept.len() < n / 2, "{n}, {scale}, {mass}: {}", kept.len());
+            }
+        }
+    }
+
+    /// With a top-k after it (llama.cpp's order), a floor stage still hands a flat row's
+    /// floor to the first cut group, whose top-k applies it; a top-k with a `min_keep`
+    /// above 1 would keep tokens below the floor, so it never gets one.
+    #[test]
+    fn floor_stages_then_top_k_leave_the_floor_to_the_group() {
+        let mut x = 0x0f1e_2d3c_4b5a_6978u64;
+        let n = 151_936;
+        let mut row = crate::test_rows::uniform_row(&mut x, n, 2.0, 101, 7);
+        for _ in 1..4 {
+            let more = crate::test_rows::uniform_row(&mut x, n, 2.0, 101, 7);
+            row.iter_mut().zip(more).for_each(|(a, b)| *a += b);
+        }
+        let stages: [Box<dyn Stage>; 2] = [
+            Box::new(crate::TypicalP::new(0.95).unwrap()),
+            Box::new(crate::EpsilonCutoff::new(3e-5).unwrap()),
+        ];
+        for stage in stages {
+            for keep in [1, 2] {
+                let mut chain = crate::Chain::builder(n)
+                    .boxed_stage(stage.clone())
+                    .stage(crate::TopK::new(40).unwrap().min_keep(keep))
+                    .stage(crate::Temperature::new(0.8).unwrap())
+                    .draw()
+                    .build()
+                    .unwrap();
+                let e = &mut chain.engine;
+                let Lowering::Floor(rule) = e.stages[0].lowering() else {
+                    panic!("a floor stage lowers to a floor");
+                };
+                assert_eq!(e.floor_to_group(rule), keep == 1, "{rule:?}, keep {keep}");
+                e.build_patches(&row[..], None);
+                let cut = e.floor_cut(&row[..], rule).unwrap();
+                e.scratch.overlay.clear();
+                if keep == 1 {
+                    assert!(matches!(cut, FloorCut::Crowded { .. }), "{rule:?}: {cut:?}");
+                } else {
+                    // (The survivors in the compact set, or the stage's own `apply`.)
+                    assert!(
+                        !matches!(cut, FloorCut::Crowded { .. }),
+                        "{rule:?}: {cut:?}"
+                    );
+                }
             }
         }
     }
