@@ -25,13 +25,12 @@ pub(crate) fn epsilon(cut: f64, z: f64, z_err: f64, n: usize, max: f32) -> Optio
     Some((max + lo - slack, max + hi + slack))
 }
 
-/// Bounds `[lo, hi]` on the logit floor of the eta cutoff with `epsilon`, from the fast
-/// statistics `e` of the row (maximum `max`, `n` entries): the entropy `ln z + s / z`
-/// within the bounds of `z` and `s`, widened by the rounding of the `f64` entropy of
-/// the typical-p stage's `entropy` (`4 (n + 2) 2^-53` of its magnitude), gives bounds
-/// on `eta`, and then [`epsilon`] on the floor. `None` when the bounds leave the entropy
-/// unknown.
-pub(crate) fn eta(epsilon: f64, e: &Entropy, n: usize, max: f32) -> Option<(f64, f64)> {
+/// Bounds `[h_lo, h_hi]` on the entropy of the row (`n` entries) from its fast
+/// statistics `e`: the entropy `ln z + s / z` within the bounds of `z` and `s`, widened
+/// by the rounding of the `f64` entropy of the typical-p stage's `entropy`
+/// (`4 (n + 2) 2^-53` of its magnitude), which eta and dynamic temperature compute too.
+/// `None` when the bounds leave the entropy unknown.
+pub(crate) fn entropy(e: &Entropy, n: usize) -> Option<(f64, f64)> {
     let (z_lo, z_hi) = (e.z - e.z_err, e.z + e.z_err);
     if z_lo.is_nan() || z_lo <= 0.0 {
         return None;
@@ -41,6 +40,15 @@ pub(crate) fn eta(epsilon: f64, e: &Entropy, n: usize, max: f32) -> Option<(f64,
     let r = 4.0 * (n as f64 + 2.0) * U64 * (1.0 + h.abs() + e.z.ln().abs()) + 1e-15;
     let h_lo = z_lo.ln() + s_lo / z_hi - r;
     let h_hi = z_hi.ln() + s_hi / z_lo + r;
+    Some((h_lo, h_hi))
+}
+
+/// Bounds `[lo, hi]` on the logit floor of the eta cutoff with `epsilon`, from the fast
+/// statistics `e` of the row (maximum `max`, `n` entries): [`entropy`]'s bounds give
+/// bounds on `eta`, and then [`epsilon`] on the floor. `None` when the bounds leave the
+/// entropy unknown.
+pub(crate) fn eta(epsilon: f64, e: &Entropy, n: usize, max: f32) -> Option<(f64, f64)> {
+    let (h_lo, h_hi) = entropy(e, n)?;
     let eta = |h: f64| epsilon.min(epsilon.sqrt() * (-h).exp());
     // `eta` decreases with the entropy; `exp` and `sqrt` within a few ulps.
     let (eta_lo, eta_hi) = (eta(h_hi) * (1.0 - 8.0 * U64), eta(h_lo) * (1.0 + 8.0 * U64));
@@ -77,6 +85,16 @@ pub(crate) fn typical(e: &Entropy, n: usize) -> Option<(f64, f64, f64)> {
     let mag = ln_z.abs() + h.abs() + c.abs() + 1.0;
     let delta = (c - c_lo).max(c_hi - c) + r + 8.0 * U64 * mag;
     delta.is_finite().then_some((c, delta * 1.01, mag))
+}
+
+/// The temperature of [`DynamicTemperature`](crate::DynamicTemperature) with parameters `t`, `delta` and
+/// `exponent` at entropy `h` over `n >= 2` finite candidates, in `f64`:
+/// `T_min + (T_max - T_min) * (h / ln n)^exponent`. Non-decreasing in `h`.
+pub(crate) fn temperature_at(t: f32, delta: f32, exponent: f32, h: f64, n: usize) -> f64 {
+    let (t, d) = (f64::from(t), f64::from(delta));
+    let (t_min, t_max) = ((t - d).max(0.0), t + d);
+    let norm = h / (n as f64).ln();
+    t_min + (t_max - t_min) * norm.powf(f64::from(exponent))
 }
 
 /// Bounds `[lo, hi]` on the floor of the top-n-sigma stage's `threshold` from the fast

@@ -206,6 +206,35 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     Ok(())
 }
 
+/// The number of entries of `row` above `threshold` that `marks` (token `i` at bit
+/// `i % 32` of `marks[i / 32]`, or none) does not mark: with `-inf`, the finite tokens of
+/// a row under a mask's bans. The bits of [`simd::block_masks`](crate::simd::block_masks),
+/// a group of blocks at a time, counted.
+pub(crate) fn count_above<T: crate::element::Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    threshold: f32,
+) -> usize {
+    use crate::adjust::{BLOCK, LANES};
+    let mut sum = [0.0f32; LANES];
+    let mut masks = [0u64; GROUP];
+    let whole = row.len() / BLOCK * BLOCK;
+    let mut count = 0;
+    for from in (0..whole).step_by(GROUP * BLOCK) {
+        let to = whole.min(from + GROUP * BLOCK);
+        let group_marks = marks.map(|m| &m[from / 32..]);
+        crate::simd::block_masks(&row[from..to], group_marks, threshold, &mut sum, &mut masks);
+        let blocks = &masks[..(to - from) / BLOCK];
+        count += blocks
+            .iter()
+            .map(|m| m.count_ones() as usize)
+            .sum::<usize>();
+    }
+    let unmarked = |i: usize| !marks.is_some_and(|m| crate::adjust::is_marked(m, i));
+    let tail = (whole..row.len()).filter(|&i| row[i].to_f32() > threshold && unmarked(i));
+    count + tail.count()
+}
+
 /// The pass of [`select_buffered`] from `threshold` on: every unmarked entry above the
 /// running threshold joins `keys`, cut back to the best `k` whenever `BUFFERED * k` are
 /// held. Returns how many entries beat the running threshold (at least `k` means `keys`
@@ -483,6 +512,39 @@ pub(crate) fn select_patched<T: crate::element::Logit>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// [`count_above`] is the plain count, with and without marks,
+        /// for rows of any length (a partial last chunk) and `f32`, `f16` and `bf16`.
+        #[test]
+        fn count_above_is_the_plain_count(
+            row in prop::collection::vec(prop_oneof![
+                Just(f32::NEG_INFINITY),
+                -5.0f32..5.0,
+                Just(0.0f32),
+            ], 0..300),
+            marks in prop::collection::vec(any::<u32>(), 10),
+            marked in any::<bool>(),
+            threshold in prop_oneof![Just(f32::NEG_INFINITY), -2.0f32..2.0],
+        ) {
+            let marks = marked.then_some(&marks[..]);
+            let plain = |row: &[f32]| {
+                (0..row.len())
+                    .filter(|&i| row[i] > threshold)
+                    .filter(|&i| !marks.is_some_and(|m| crate::adjust::is_marked(m, i)))
+                    .count()
+            };
+            let want = plain(&row);
+            prop_assert_eq!(count_above(&row, marks, threshold), want);
+            let halves: Vec<half::f16> = row.iter().map(|&l| half::f16::from_f32(l)).collect();
+            let back: Vec<f32> = halves.iter().map(|h| h.to_f32()).collect();
+            prop_assert_eq!(count_above(&halves, marks, threshold), plain(&back));
+            let brains: Vec<half::bf16> = row.iter().map(|&l| half::bf16::from_f32(l)).collect();
+            let back: Vec<f32> = brains.iter().map(|h| h.to_f32()).collect();
+            prop_assert_eq!(count_above(&brains, marks, threshold), plain(&back));
+        }
+    }
 
     #[test]
     fn packed_keys_sort_like_the_candidate_order() {
