@@ -14,8 +14,8 @@
 
 use logits::half::{bf16, f16};
 use logits::{
-    Chain, EpsilonCutoff, EtaCutoff, Logit, LogitBias, MirostatV2, Penalties, Stage, Temperature,
-    TokenId, TokenMask, TopK, TopNSigma, TypicalP, Xtc,
+    Chain, DynamicTemperature, EpsilonCutoff, EtaCutoff, Logit, LogitBias, MirostatV2, Penalties,
+    Stage, Temperature, TokenId, TokenMask, TopK, TopNSigma, TypicalP, Xtc,
 };
 use proptest::prelude::*;
 
@@ -35,6 +35,8 @@ enum Rule {
     Xtc(f32, f32, bool, usize, bool),
     /// Mass, `min_keep`.
     Typical(f32, usize),
+    /// Dynamic temperature 0.8 with a range and an exponent.
+    DynTemp(f32, f32),
 }
 
 fn stage(rule: Rule) -> Box<dyn Stage> {
@@ -51,6 +53,7 @@ fn stage(rule: Rule) -> Box<dyn Stage> {
             Box::new(if special { x.special_tokens([0, 1]) } else { x })
         }
         Rule::Typical(m, k) => Box::new(TypicalP::new(m).unwrap().min_keep(k)),
+        Rule::DynTemp(d, e) => Box::new(DynamicTemperature::new(0.8, d, e).unwrap()),
     }
 }
 
@@ -72,7 +75,7 @@ struct Case {
 fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
     (
         (len, 0u8..7, any::<u64>()),
-        (0u8..6, 0usize..5, 0u8..9),
+        (0u8..7, 0usize..5, 0u8..9),
         (0u8..5, any::<bool>(), any::<bool>(), 0u8..3, 0u8..3),
     )
         .prop_map(
@@ -95,9 +98,13 @@ fn case(len: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
                     4 => {
                         Rule::Sigma([0.1f32, 0.5, 1.0, 1.5, 2.0, 3.0, 0.01, 4.0, 1e-3][p as usize])
                     }
-                    _ => Rule::Typical(
+                    5 => Rule::Typical(
                         [0.05f32, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99, 0.999, 1.0][p as usize],
                         [1, 1, 2, 3, 60][keep],
+                    ),
+                    _ => Rule::DynTemp(
+                        [0.1f32, 0.3, 0.5, 0.8, 1.0, 0.0, 0.5, 2.0, 0.05][p as usize],
+                        [0.0f32, 0.5, 1.0, 2.0, 4.0][keep],
                     ),
                 };
                 let mut r = Mix(seed ^ 0x5151);
@@ -190,6 +197,16 @@ fn close32(a: f32, b: f32) -> bool {
     a == b || (a - b).abs() <= 4.0 * f32::EPSILON * a.abs().max(1.0)
 }
 
+/// Logprobs as `rule` reports them: within an ulp or two, or for dynamic temperature
+/// first (whose logprobs are at the bracket's lower temperature, within `1e-5` of the
+/// stage's) within `1e-5` of the logprob's magnitude.
+fn close_for(rule: Rule, a: f32, b: f32) -> bool {
+    match rule {
+        Rule::DynTemp(..) => a == b || (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+        _ => close32(a, b),
+    }
+}
+
 fn check_as<T: Logit>(c: &Case, row: &[T]) -> Result<(), TestCaseError> {
     let mask = mask_of(c);
     let (mut fast, mut slow) = (build(c, false), build(c, true));
@@ -223,11 +240,21 @@ fn check_as<T: Logit>(c: &Case, row: &[T]) -> Result<(), TestCaseError> {
         let a = f.sample_with_uniform(row, mask.as_ref(), u).unwrap();
         let b = s.sample_with_uniform(row, mask.as_ref(), u).unwrap();
         prop_assert_eq!(a.token, b.token);
-        prop_assert!(close32(a.logprob, b.logprob), "{:?} vs {:?}", a, b);
+        prop_assert!(
+            close_for(c.rule, a.logprob, b.logprob),
+            "{:?} vs {:?}",
+            a,
+            b
+        );
         prop_assert_eq!(a.alternatives().len(), b.alternatives().len());
         for (x, y) in a.alternatives().iter().zip(b.alternatives()) {
             prop_assert_eq!(x.token, y.token);
-            prop_assert!(close32(x.logprob, y.logprob), "{:?} vs {:?}", a, b);
+            prop_assert!(
+                close_for(c.rule, x.logprob, y.logprob),
+                "{:?} vs {:?}",
+                a,
+                b
+            );
         }
     }
     Ok(())
@@ -361,6 +388,48 @@ fn floor_stages_then_top_k_on_flat_rows() {
             }
         }
     }
+}
+
+/// Dynamic temperature first, with uniforms swept in steps of `1e-9` across the point
+/// where the running mass in draw order passes a token at the stage's temperature: next
+/// to it the draws at the two ends of the temperature's bracket disagree, and the
+/// stage's own arithmetic decides.
+#[test]
+fn dynamic_temperature_draws_next_to_a_boundary_are_exact() {
+    let row = shaped_row(1, 2_000, 9);
+    let rule = Rule::DynTemp(0.5, 1.0);
+    // The stage's temperature times the tail's 0.8, in plain `f64` (the chains' own
+    // comparison decides the test).
+    let m = f64::from(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+    let w: Vec<f64> = row.iter().map(|&l| (f64::from(l) - m).exp()).collect();
+    let z: f64 = w.iter().sum();
+    let h: f64 = -w.iter().map(|&w| (w / z) * (w / z).ln()).sum::<f64>();
+    let t = (0.3 + 1.0 * h / (row.len() as f64).ln()) * f64::from(0.8f32);
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    let wt: Vec<f64> = order
+        .iter()
+        .map(|&i| ((f64::from(row[i]) - m) / t).exp())
+        .collect();
+    let zt: f64 = wt.iter().sum();
+    let boundary = wt[..6].iter().sum::<f64>() / zt;
+    let (mut fast, mut slow) = (
+        build(&plain(row.clone(), rule, 0), false),
+        build(&plain(row.clone(), rule, 0), true),
+    );
+    let mut seen = Vec::new();
+    for k in -60..60 {
+        let u = boundary + f64::from(k) * 1e-9;
+        let a = fast.sample_with_uniform(&row[..], None, u).unwrap();
+        let b = slow.sample_with_uniform(&row[..], None, u).unwrap();
+        assert_eq!(a.token, b.token, "u {u}");
+        fast.reset();
+        slow.reset();
+        if !seen.contains(&a.token) {
+            seen.push(a.token);
+        }
+    }
+    assert_eq!(seen.len(), 2, "the sweep crosses one boundary: {seen:?}");
 }
 
 /// XTC's threshold crossed one `f32` step of a logit at a time, in a row of 3,000

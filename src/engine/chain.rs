@@ -138,6 +138,9 @@ pub(crate) mod lower {
         Floor(Floor),
         /// [`Xtc`](crate::Xtc): removes, on its coin, the most probable tokens.
         Xtc(XtcRule),
+        /// [`DynamicTemperature`](crate::DynamicTemperature) with a range above 0: a
+        /// temperature the entropy of the whole row decides.
+        DynamicTemperature { t: f32, delta: f32, exponent: f32 },
     }
 
     /// [`Xtc`](crate::Xtc)'s parameters, as the engine applies the stage to the row in

@@ -254,6 +254,9 @@ pub(crate) struct Engine {
     /// [`Xtc`](crate::Xtc)'s parameters when it is the first stage after the bias and
     /// penalties (see [`Engine::run_xtc`]).
     xtc: Option<XtcRule>,
+    /// The first stage's `(t, delta, exponent)` when it is a dynamic temperature (see
+    /// [`Engine::run_dyn_temp`]).
+    dyn_temp: Option<(f32, f32, f32)>,
     /// The threshold on the scaled logit that a floor stage decided for this step, when
     /// the first cut group applies it (see [`Engine::run_floor`]).
     floor_ln: Option<f64>,
@@ -301,6 +304,7 @@ impl Clone for Engine {
             draw_temperature: self.draw_temperature,
             floor_first: self.floor_first,
             xtc: self.xtc.clone(),
+            dyn_temp: self.dyn_temp,
             floor_ln: self.floor_ln,
             top_p: self.top_p,
             ln_min_p: self.ln_min_p,
@@ -364,6 +368,7 @@ impl Engine {
         let mut engine = Engine {
             floor_first: false,
             xtc: None,
+            dyn_temp: None,
             floor_ln: None,
             top_p: crate::as_decimal(params.top_p()),
             ln_min_p: (params.min_p() > 0.0).then(|| crate::as_decimal(params.min_p()).ln()),
@@ -393,6 +398,10 @@ impl Engine {
     fn plan_first(&mut self) {
         let first = (self.lead < self.pre).then(|| self.stages[self.lead].lowering());
         self.floor_first = matches!(first, Some(Lowering::Floor(_)));
+        self.dyn_temp = match first {
+            Some(Lowering::DynamicTemperature { t, delta, exponent }) => Some((t, delta, exponent)),
+            _ => None,
+        };
         self.xtc = match first {
             Some(Lowering::Xtc(rule)) => Some(rule),
             _ => None,
@@ -730,6 +739,9 @@ impl Engine {
         if self.pre == self.lead + 1 && self.xtc.is_some() {
             return self.run_xtc(row, mask, goal);
         }
+        if let Some(rule) = self.dyn_temp {
+            return self.run_dyn_temp(row, mask, rule, goal);
+        }
         if self.pre > self.lead {
             return self.run_dense(row, mask, goal);
         }
@@ -872,6 +884,117 @@ impl Engine {
                 self.run_dense(row, mask, goal)
             }
         }
+    }
+
+    /// `goal` for a chain whose first stage after the bias and penalties is a dynamic
+    /// temperature. When the rest of the chain is a temperature and the draw, the draw
+    /// runs on the row in place (otherwise, or for another goal, the dense copy).
+    ///
+    /// One vectorised pass bounds the row's entropy as the stage computes it
+    /// ([`floor_band::entropy`](crate::floor_band::entropy)), which bounds the stage's
+    /// temperature, times the group's, within `[lo, hi]`; `ta <= lo` and `tb >= hi` are
+    /// the nearest `f32`s. The mass of the first `i` tokens in draw order, relative to
+    /// the total, falls as the temperature rises (each weight of a token after them,
+    /// relative to each of theirs, `exp((l_j - l_k) / T)` with `l_j <= l_k`, rises), so
+    /// the token a uniform picks moves only later in draw order as the temperature
+    /// rises. The draw on the row in place is exact at any one `f32` temperature: when
+    /// it picks the same token at `ta` and at `tb`, that is the token at every
+    /// temperature between them, the stage's among them. Otherwise (the uniform within
+    /// the bounds' reach of a boundary), the dense copy decides.
+    ///
+    /// The sample's logprobs are those at `ta`, whose distance from the stage's
+    /// temperature is within the bracket's width (a few parts in `10^7` of it, more with
+    /// a large exponent).
+    fn run_dyn_temp<T: Logit>(
+        &mut self,
+        row: &[T],
+        mask: Option<&TokenMask>,
+        rule: (f32, f32, f32),
+        goal: Goal<'_>,
+    ) -> Result<Option<Sample>, Error> {
+        let p = &self.params;
+        let to_group = self.pre == self.lead + 1
+            && self.group == self.stages.len()
+            && self.end == End::Draw
+            && self.draw_temperature.is_none()
+            && !p.is_greedy()
+            && p.top_k().is_none()
+            && p.top_p() >= 1.0
+            && p.min_p() <= 0.0;
+        let Goal::Draw(u) = goal else {
+            return self.run_dense(row, mask, goal);
+        };
+        if !to_group {
+            return self.run_dense(row, mask, goal);
+        }
+        let u = u.unwrap_or_else(|| self.rng.uniform(self.seq.step()));
+        self.build_patches(row, mask);
+        let drawn = match self.dyn_temp_bracket(row, rule) {
+            Ok(Some((ta, tb))) => {
+                let group_t = self.params.temperature;
+                self.params.temperature = tb;
+                let b = self.finish(row, row, None, Goal::Draw(Some(u)));
+                self.params.temperature = ta;
+                let a = self.finish(row, row, None, Goal::Draw(Some(u)));
+                self.params.temperature = group_t;
+                match (a, b) {
+                    (Ok(Some(a)), Ok(Some(b))) if a.token == b.token => Some(a),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        self.scratch.overlay.clear();
+        match drawn {
+            Some(out) => Ok(Some(out)),
+            None => self.run_dense(row, mask, Goal::Draw(Some(u))),
+        }
+    }
+
+    /// The `f32` temperatures `(ta, tb)` that bracket the dynamic temperature `rule`
+    /// times the group's on `row` under `scratch.overlay` (see
+    /// [`run_dyn_temp`](Self::run_dyn_temp)); `None` when the bounds cannot give them,
+    /// or give a temperature the `f32` weights do not hold at.
+    fn dyn_temp_bracket<T: Logit>(
+        &self,
+        row: &[T],
+        (t, delta, exponent): (f32, f32, f32),
+    ) -> Result<Option<(f32, f32)>, Error> {
+        let ov = &self.scratch.overlay;
+        let (max, e) = entropy_under(row, ov)?;
+        if max == f32::NEG_INFINITY {
+            return Ok(None);
+        }
+        let n = finite_under(row, ov);
+        let bounds = crate::floor_band::entropy(&e, row.len());
+        let (n, Some((h_lo, h_hi))) = (n, bounds) else {
+            return Ok(None);
+        };
+        if n < 2 {
+            return Ok(None);
+        }
+        let at = |h: f64| crate::floor_band::temperature_at(t, delta, exponent, h, n);
+        // The stage's temperature is `at` of its own entropy, which lies within the
+        // bounds; `at` rises with the entropy. Its roundings and these (`ln`, the
+        // quotient, `powf`, which scales its argument's relative error by the exponent,
+        // and the products) are each within a few ulps.
+        let slack = 1e-12 * (1.0 + f64::from(exponent));
+        let group = f64::from(self.params.temperature());
+        let lo = at(h_lo.max(0.0)) * group * (1.0 - slack);
+        let hi = at(h_hi.max(0.0)) * group * (1.0 + slack);
+        if !(lo > 0.0 && hi < f64::from(f32::MAX)) {
+            return Ok(None);
+        }
+        let ta = match lo as f32 {
+            a if f64::from(a) > lo => a.next_down(),
+            a => a,
+        };
+        let tb = match hi as f32 {
+            b if f64::from(b) < hi => b.next_up(),
+            b => b,
+        };
+        let hold = ta > 0.0 && histogram::f32_weights_hold(ta) && histogram::f32_weights_hold(tb);
+        Ok(hold.then_some((ta, tb)))
     }
 
     /// Bans under `scratch.overlay` the tokens [`Xtc`](crate::Xtc) removes from `row`
@@ -2831,6 +2954,13 @@ fn entropy_under<U: Logit>(
     Ok((max, e))
 }
 
+/// The number of finite tokens of the adjusted row (`row` under `ov`): the unmarked
+/// entries above `-inf` and the patches above it.
+fn finite_under<U: Logit>(row: &[U], ov: &adjust::Overlay) -> usize {
+    let unmarked = select::count_above(row, ov.marked(), f32::NEG_INFINITY);
+    unmarked + ov.patch.iter().filter(|p| p.1 > f32::NEG_INFINITY).count()
+}
+
 /// The bounds on typical-p's distances from `centre` (see
 /// [`floor_band::typical`](crate::floor_band::typical)) for the tokens of `tokens` and
 /// any token within `reach` nats of the maximum: `(sigma, sigma_r)`, the bound on a
@@ -3802,6 +3932,55 @@ mod tests {
                         "{rule:?}: {cut:?}"
                     );
                 }
+            }
+        }
+    }
+
+    /// Dynamic temperature first brackets the stage's own temperature (7e-8 to 2e-6 of
+    /// it on these rows, the widest at exponent 2.5), and the draws at both ends agree
+    /// for most uniforms.
+    #[test]
+    fn dynamic_temperature_first_draws_on_the_row_in_place() {
+        let mut x = 0x5a5a_0f0f_3c3c_9696u64;
+        let n = 151_936;
+        let flat = crate::test_rows::uniform_row(&mut x, n, 4.0, 101, 7);
+        let mut peaked = flat.clone();
+        for i in 0..40 {
+            peaked[1 + 97 * i] = 12.0 + (i % 13) as f32 * 0.5;
+        }
+        for (name, row) in [("flat", &flat), ("peaked", &peaked)] {
+            for (delta, exponent) in [(0.5f32, 1.0f32), (0.3, 0.0), (0.8, 2.5)] {
+                let stage = crate::DynamicTemperature::new(0.8, delta, exponent).unwrap();
+                let mut chain = first_of(stage.clone(), n);
+                let e = &mut chain.engine;
+                let rule = e.dyn_temp.expect("dynamic temperature first is planned");
+                e.build_patches(&row[..], None);
+                let (ta, tb) = e.dyn_temp_bracket(&row[..], rule).unwrap().unwrap();
+                e.scratch.overlay.clear();
+                let t = applied(stage, row, e).temperature() * f64::from(0.8f32);
+                assert!(
+                    f64::from(ta) <= t && t <= f64::from(tb),
+                    "{name}: {ta} {t} {tb}"
+                );
+                let width = f64::from(tb - ta) / t;
+                assert!(width < 1e-5, "{name}, {delta}, {exponent}: {width:e}");
+                let mut decided = 0;
+                for k in 0..50 {
+                    let u = (f64::from(k) + 0.5) / 50.0;
+                    let e = &mut chain.engine;
+                    e.build_patches(&row[..], None);
+                    e.params.temperature = tb;
+                    let b = e.finish(&row[..], &row[..], None, Goal::Draw(Some(u)));
+                    e.params.temperature = ta;
+                    let a = e.finish(&row[..], &row[..], None, Goal::Draw(Some(u)));
+                    e.params.temperature = 0.8;
+                    e.scratch.overlay.clear();
+                    decided += usize::from(a.unwrap().unwrap().token == b.unwrap().unwrap().token);
+                }
+                assert!(
+                    decided >= 45,
+                    "{name}, {delta}, {exponent}: {decided} of 50"
+                );
             }
         }
     }
