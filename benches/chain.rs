@@ -24,9 +24,9 @@ use criterion::Criterion;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkGroup, BenchmarkId};
 use logits::half::bf16;
 use logits::{
-    Chain, DrawRng, DynamicTemperature, EpsilonCutoff, EtaCutoff, Logit, MinP, MirostatV2, Sampler,
-    SamplingParams, SamplingParamsBuilder, Stage, Temperature, TokenId, TopK, TopNSigma, TopP,
-    TypicalP, Xtc,
+    Candidates, Chain, DrawRng, DynamicTemperature, EpsilonCutoff, Error, EtaCutoff, Logit, MinP,
+    MirostatV2, Sampler, SamplingParams, SamplingParamsBuilder, Stage, StageContext, Temperature,
+    TokenId, TopK, TopNSigma, TopP, TypicalP, Xtc,
 };
 
 mod common;
@@ -136,6 +136,20 @@ fn zoo() -> Vec<(&'static str, Box<dyn Stage>, u64)> {
             SEED,
         ),
     ]
+}
+
+/// A user's own stage: the engine knows nothing of it and runs it through `apply`.
+#[derive(Clone, Debug)]
+struct User(Box<dyn Stage>);
+
+impl Stage for User {
+    fn name(&self) -> &'static str {
+        "user"
+    }
+
+    fn apply(&mut self, c: &mut Candidates, ctx: &StageContext<'_>) -> Result<(), Error> {
+        self.0.apply(c, ctx)
+    }
 }
 
 fn bench_sampler<T: Logit>(g: &mut Group<'_>, name: &str, p: SamplingParams, row: &[T]) {
@@ -258,6 +272,11 @@ fn chains(c: &mut Criterion) {
         let (name, stage, seed) = zoo().swap_remove(0);
         let c = seeded_chain(vec![stage, top_k(40), temperature(0.8)], seed);
         bench_chain(&mut g, &format!("chain_{name}_top_k_40_temp_0.8"), c, &row);
+        // A user's stage that keeps the whole row (dynamic temperature, hidden from the
+        // planner): the engine runs it on the dense copy and draws from what it leaves.
+        let user = User(Box::new(DynamicTemperature::new(0.8, 0.5, 1.0).unwrap()));
+        let c = chain(vec![Box::new(user), temperature(0.8)]);
+        bench_chain(&mut g, "chain_user_dyn_temp_0.8_0.5_temp_0.8", c, &row);
 
         // The full distribution, nothing cut.
         let mut s = Sampler::new(params(SamplingParams::builder()), N).unwrap();
