@@ -17,8 +17,9 @@ use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use logits::reference::{self, Step};
 use logits::{
-    Candidates, Chain, EpsilonCutoff, Error, EtaCutoff, LogitBias, MinP, MirostatV2, Penalties,
-    Stage, StageContext, Temperature, TokenId, TokenMask, TopK, TopNSigma, TopP, TypicalP, Xtc,
+    Candidates, Chain, DynamicTemperature, EpsilonCutoff, Error, EtaCutoff, LogitBias, MinP,
+    MirostatV2, Penalties, Stage, StageContext, Temperature, TokenId, TokenMask, TopK, TopNSigma,
+    TopP, TypicalP, Xtc,
 };
 use logits_fuzz::{assert_documented_sample_error, param, Dtype, Row};
 
@@ -55,6 +56,7 @@ enum Kind {
     Sigma,
     Xtc,
     MirostatV2,
+    DynamicTemperature,
 }
 
 /// A stage built twice (`None` when its parameters are refused), and its reference step.
@@ -154,13 +156,22 @@ fn stage(u: &mut Unstructured<'_>, kind: Kind, vocab: usize) -> arbitrary::Resul
             let n = param(u, 0.0, 3.0)?;
             (two!(TopNSigma::new(n)), Some(Step::TopNSigma { n }))
         }
-        // No reference step: checked against the hidden chain only.
+        // No reference step (XTC, mirostat v2, dynamic temperature): checked against the
+        // hidden chain only.
         Kind::Xtc => (
             two!(Xtc::new(param(u, 0.0, 1.0)?, param(u, 0.0, 0.6)?)),
             None,
         ),
         Kind::MirostatV2 => (
             two!(MirostatV2::new(param(u, 0.5, 8.0)?, param(u, 0.01, 1.0)?)),
+            None,
+        ),
+        Kind::DynamicTemperature => (
+            two!(DynamicTemperature::new(
+                param(u, 0.0, 2.0)?,
+                param(u, 0.0, 1.0)?,
+                param(u, 0.0, 3.0)?
+            )),
             None,
         ),
     })
