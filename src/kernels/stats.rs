@@ -400,18 +400,47 @@ mod tests {
         (z.to_f64(), s.to_f64())
     }
 
-    /// The fast sums `e` of a row of `n` entries hold the exact `(z, s)` within their
-    /// bounds, and the bounds are tight (`1e-5` of the mass, `1e-4` of the sums).
-    fn assert_fast_bounds(e: &Entropy, (z, s): (f64, f64), n: usize) {
-        assert!((e.z - z).abs() <= e.z_err, "n {n}: z {} vs {z}", e.z);
-        assert!((e.s - s).abs() <= e.s_err, "n {n}: s {} vs {s}", e.s);
-        let tiny = n as f64 * 1e-30;
-        assert!(e.z_err <= 1e-5 * z + tiny, "z bound {} loose", e.z_err);
+    /// How close [`assert_bounds`] requires the sums and their bounds to be.
+    struct Tight {
+        /// The reference's own error, relative to each exact sum.
+        reference: f64,
+        /// The largest bound on `z`, relative to `z`.
+        z: f64,
+        /// The largest bound on `s`, relative to `s + z`.
+        s: f64,
+        /// The bounds' allowance per entry for weights that underflow.
+        tiny: f64,
+    }
+
+    /// The sums `e` of a row of `n` entries hold the exact `(z, s)` within their bounds
+    /// (and the reference's own error), and the bounds are as tight as `tight` says.
+    fn assert_bounds(e: &Entropy, (z, s): (f64, f64), n: usize, tight: Tight) {
+        let r = tight.reference;
         assert!(
-            e.s_err <= 1e-4 * (s + z) + tiny,
-            "s bound {} loose",
-            e.s_err
+            (e.z - z).abs() <= e.z_err + r * z,
+            "n {n}: z {} vs {z}",
+            e.z
         );
+        assert!(
+            (e.s - s).abs() <= e.s_err + r * s,
+            "n {n}: s {} vs {s}",
+            e.s
+        );
+        let tiny = n as f64 * tight.tiny;
+        assert!(e.z_err <= tight.z * z + tiny, "z bound {} loose", e.z_err);
+        let s_max = tight.s * (s + z) + tiny;
+        assert!(e.s_err <= s_max, "s bound {} loose", e.s_err);
+    }
+
+    /// The fast sums: bounds within `1e-5` of the mass, `1e-4` of the sums.
+    fn assert_fast_bounds(e: &Entropy, exact: (f64, f64), n: usize) {
+        let tight = Tight {
+            reference: 0.0,
+            z: 1e-5,
+            s: 1e-4,
+            tiny: 1e-30,
+        };
+        assert_bounds(e, exact, n, tight);
     }
 
     /// Calls `check(row, marks, max)` on noisy rows with an outlier and a `-inf`, each
@@ -463,24 +492,14 @@ mod tests {
             let n = row.len();
             let (z, s) = exact_entropy(row, marks, max);
             let e = entropy_precise(row, marks, max);
-            // (Each reference term within two ulps of its exact value.)
-            assert!(
-                (e.z - z).abs() <= e.z_err + 4.0 * U64 * z,
-                "n {n}: z {} vs {z}",
-                e.z
-            );
-            assert!(
-                (e.s - s).abs() <= e.s_err + 4.0 * U64 * s,
-                "n {n}: s {} vs {s}",
-                e.s
-            );
-            let tiny = n as f64 * 1e-300;
-            assert!(e.z_err <= 1e-10 * z + tiny, "z bound {} loose", e.z_err);
-            assert!(
-                e.s_err <= 1e-9 * (s + z) + tiny,
-                "s bound {} loose",
-                e.s_err
-            );
+            let tight = Tight {
+                // (Each reference term within two ulps of its exact value.)
+                reference: 4.0 * U64,
+                z: 1e-10,
+                s: 1e-9,
+                tiny: 1e-300,
+            };
+            assert_bounds(&e, (z, s), n, tight);
         });
     }
 

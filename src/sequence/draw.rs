@@ -33,20 +33,9 @@ pub(crate) fn margin(n: usize, total: f64) -> f64 {
 /// `weights`, with `u` in `[0, 1)` and `total` an `f64` sum of `weights` (in any order).
 /// A zero weight is never chosen.
 pub(crate) fn inverse_cdf(weights: &[f64], total: f64, u: f64) -> usize {
-    let target = u * total;
     let m = margin(weights.len(), total);
-    let mut cum = 0.0;
-    for (i, &w) in weights.iter().enumerate() {
-        let prev = cum;
-        cum += w;
-        if cum > target {
-            if w > 0.0 && target - prev > m && cum - target > m {
-                return i;
-            }
-            break;
-        }
-    }
-    exact(weights, u)
+    let entries = weights.iter().copied().enumerate();
+    walk(entries, 0.0, u * total, m).unwrap_or_else(|| exact(weights, u))
 }
 
 /// [`inverse_cdf`] over candidates that are not in draw order, without sorting them: the
@@ -84,7 +73,7 @@ pub(crate) fn inverse_cdf_unsorted(
     loop {
         if set.len() <= WALK_LEN || rounds == ROUNDS {
             set.sort_unstable_by(rank);
-            return walk(set, weights, before, target, m);
+            return walk(weighed(set, weights), before, target, m);
         }
         rounds += 1;
         let pivot = median3(set, logits);
@@ -107,7 +96,7 @@ pub(crate) fn inverse_cdf_unsorted(
         if through > target + m {
             // Tied tokens are drawn in id order.
             tied.sort_unstable_by_key(|&i| ids[i as usize]);
-            return walk(tied, weights, before, target, m);
+            return walk(weighed(tied, weights), before, target, m);
         }
         if through >= target - m || low.is_empty() {
             return None;
@@ -117,17 +106,30 @@ pub(crate) fn inverse_cdf_unsorted(
     }
 }
 
-/// The walk of [`inverse_cdf`] over `set` in draw order, from the running sum `before`.
-fn walk(set: &[u32], weights: &[f64], before: f64, target: f64, m: f64) -> Option<usize> {
+/// The fast walk of [`inverse_cdf`] over `entries` (index, weight) in draw order, from
+/// the running sum `before`: the first whose running sum passes `target`, when it has
+/// a weight and both neighbouring sums lie more than `m` from the target; `None` when
+/// they do not, or when no running sum passes it.
+fn walk(
+    entries: impl Iterator<Item = (usize, f64)>,
+    before: f64,
+    target: f64,
+    m: f64,
+) -> Option<usize> {
     let mut cum = before;
-    for &i in set {
-        let (prev, w) = (cum, weights[i as usize]);
+    for (i, w) in entries {
+        let prev = cum;
         cum += w;
         if cum > target {
-            return (target - prev > m && cum - target > m).then_some(i as usize);
+            return (w > 0.0 && target - prev > m && cum - target > m).then_some(i);
         }
     }
     None
+}
+
+/// The entries of `set` with their weights, for [`walk`].
+fn weighed<'a>(set: &'a [u32], weights: &'a [f64]) -> impl Iterator<Item = (usize, f64)> + 'a {
+    set.iter().map(|&i| (i as usize, weights[i as usize]))
 }
 
 /// The median of the logits at the first, middle and last entries of `set`.
