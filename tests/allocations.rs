@@ -690,10 +690,11 @@ fn warm_flat_min_p_does_not_allocate() {
 }
 
 /// Typical-p as the first stage, on the row in place: its survivors collected on a peaked
-/// row, bans and a floor on a flat one, with and without a mask, and with a top-k after
-/// it.
+/// row, bans and a floor on a flat one; and dynamic temperature first, drawn at both
+/// ends of its temperature's bracket; with and without a mask, and with a top-k after
+/// the stage.
 #[test]
-fn warm_typical_p_first_does_not_allocate() {
+fn warm_typical_p_and_dynamic_temperature_first_do_not_allocate() {
     let mut mask = TokenMask::new_empty(V);
     for id in (0..V as u32).filter(|id| id % 3 != 0) {
         mask.allow(id).unwrap();
@@ -701,8 +702,12 @@ fn warm_typical_p_first_does_not_allocate() {
     for (shape, row) in [("peaked", row()), ("flat", flat_row())] {
         for mask in [None, Some(&mask)] {
             // Alone before the temperature, and in llama.cpp's order before top-k 40.
-            for top_k in [None, Some(40)] {
-                let mut b = Chain::builder(V).stage(TypicalP::new(0.95).unwrap());
+            let firsts: [fn() -> Box<dyn Stage>; 2] = [
+                || Box::new(TypicalP::new(0.95).unwrap()),
+                || Box::new(DynamicTemperature::new(0.8, 0.5, 1.0).unwrap()),
+            ];
+            for (first, top_k) in firsts.iter().flat_map(|f| [(f, None), (f, Some(40))]) {
+                let mut b = Chain::builder(V).boxed_stage(first());
                 if let Some(k) = top_k {
                     b = b.stage(TopK::new(k).unwrap());
                 }
@@ -717,7 +722,13 @@ fn warm_typical_p_first_does_not_allocate() {
                     c.sample_with_uniform(&row, mask, u).unwrap();
                     c.reset();
                 });
-                assert_eq!(n, 0, "{shape}, mask {}, top-k {top_k:?}", mask.is_some());
+                let name = first().name();
+                assert_eq!(
+                    n,
+                    0,
+                    "{name}, {shape}, mask {}, top-k {top_k:?}",
+                    mask.is_some()
+                );
             }
         }
     }

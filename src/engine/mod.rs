@@ -398,8 +398,19 @@ impl Engine {
     fn plan_first(&mut self) {
         let first = (self.lead < self.pre).then(|| self.stages[self.lead].lowering());
         self.floor_first = matches!(first, Some(Lowering::Floor(_)));
+        // Dynamic temperature on the row in place when the rest of the chain is a
+        // temperature, a top-k or both, and the draw (see [`Engine::run_dyn_temp`]).
+        let p = &self.params;
+        let rest_draws = self.pre == self.lead + 1
+            && self.group == self.stages.len()
+            && self.end == End::Draw
+            && !p.is_greedy()
+            && p.top_p() >= 1.0
+            && p.min_p() <= 0.0;
         self.dyn_temp = match first {
-            Some(Lowering::DynamicTemperature { t, delta, exponent }) => Some((t, delta, exponent)),
+            Some(Lowering::DynamicTemperature { t, delta, exponent }) if rest_draws => {
+                Some((t, delta, exponent))
+            }
             _ => None,
         };
         self.xtc = match first {
@@ -887,12 +898,14 @@ impl Engine {
     }
 
     /// `goal` for a chain whose first stage after the bias and penalties is a dynamic
-    /// temperature. When the rest of the chain is a temperature and the draw, the draw
-    /// runs on the row in place (otherwise, or for another goal, the dense copy).
+    /// temperature and whose rest is a temperature, a top-k or both, and the draw: a draw
+    /// runs on the row in place (a distribution on the dense copy). A top-k keeps the
+    /// same tokens at every temperature, so it is cut from the row as planned and only
+    /// the draw's temperature carries the stage's.
     ///
     /// One vectorised pass bounds the row's entropy as the stage computes it
     /// ([`floor_band::entropy`](crate::floor_band::entropy)), which bounds the stage's
-    /// temperature, times the group's, within `[lo, hi]`; `ta <= lo` and `tb >= hi` are
+    /// temperature, times the draw's, within `[lo, hi]`; `ta <= lo` and `tb >= hi` are
     /// the nearest `f32`s. The mass of the first `i` tokens in draw order, relative to
     /// the total, falls as the temperature rises (each weight of a token after them,
     /// relative to each of theirs, `exp((l_j - l_k) / T)` with `l_j <= l_k`, rises), so
@@ -912,36 +925,13 @@ impl Engine {
         rule: (f32, f32, f32),
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
-        let p = &self.params;
-        let to_group = self.pre == self.lead + 1
-            && self.group == self.stages.len()
-            && self.end == End::Draw
-            && self.draw_temperature.is_none()
-            && !p.is_greedy()
-            && p.top_k().is_none()
-            && p.top_p() >= 1.0
-            && p.min_p() <= 0.0;
         let Goal::Draw(u) = goal else {
             return self.run_dense(row, mask, goal);
         };
-        if !to_group {
-            return self.run_dense(row, mask, goal);
-        }
         let u = u.unwrap_or_else(|| self.rng.uniform(self.seq.step()));
         self.build_patches(row, mask);
         let drawn = match self.dyn_temp_bracket(row, rule) {
-            Ok(Some((ta, tb))) => {
-                let group_t = self.params.temperature;
-                self.params.temperature = tb;
-                let b = self.finish(row, row, None, Goal::Draw(Some(u)));
-                self.params.temperature = ta;
-                let a = self.finish(row, row, None, Goal::Draw(Some(u)));
-                self.params.temperature = group_t;
-                match (a, b) {
-                    (Ok(Some(a)), Ok(Some(b))) if a.token == b.token => Some(a),
-                    _ => None,
-                }
-            }
+            Ok(Some(bracket)) => self.draw_at_both(row, bracket, u),
             _ => None,
         };
         self.scratch.overlay.clear();
@@ -951,8 +941,36 @@ impl Engine {
         }
     }
 
+    /// The draw with uniform `u` from `row` under `scratch.overlay` at the draw
+    /// temperatures `ta` and `tb`, as the sample at `ta` when both pick the same token
+    /// (see [`run_dyn_temp`](Self::run_dyn_temp)); `None` otherwise, or on an error,
+    /// which the dense copy then reports.
+    fn draw_at_both<T: Logit>(
+        &mut self,
+        row: &[T],
+        (ta, tb): (f32, f32),
+        u: f64,
+    ) -> Option<Sample> {
+        let (group_t, draw_t) = (self.params.temperature, self.draw_temperature);
+        let at = |e: &mut Self, t: f32| {
+            // (The draw's temperature: a trailing one's when the chain has it.)
+            match draw_t {
+                Some(_) => e.draw_temperature = Some(t),
+                None => e.params.temperature = t,
+            }
+            e.finish(row, row, None, Goal::Draw(Some(u)))
+        };
+        let b = at(self, tb);
+        let a = at(self, ta);
+        (self.params.temperature, self.draw_temperature) = (group_t, draw_t);
+        match (a, b) {
+            (Ok(Some(a)), Ok(Some(b))) if a.token == b.token => Some(a),
+            _ => None,
+        }
+    }
+
     /// The `f32` temperatures `(ta, tb)` that bracket the dynamic temperature `rule`
-    /// times the group's on `row` under `scratch.overlay` (see
+    /// times the draw's on `row` under `scratch.overlay` (see
     /// [`run_dyn_temp`](Self::run_dyn_temp)); `None` when the bounds cannot give them,
     /// or give a temperature the `f32` weights do not hold at.
     fn dyn_temp_bracket<T: Logit>(
@@ -965,11 +983,10 @@ impl Engine {
         if max == f32::NEG_INFINITY {
             return Ok(None);
         }
-        let n = finite_under(row, ov);
-        let bounds = crate::floor_band::entropy(&e, row.len());
-        let (n, Some((h_lo, h_hi))) = (n, bounds) else {
+        let Some((h_lo, h_hi)) = crate::floor_band::entropy(&e, row.len()) else {
             return Ok(None);
         };
+        let n = finite_under(row, ov);
         if n < 2 {
             return Ok(None);
         }
@@ -979,9 +996,9 @@ impl Engine {
         // quotient, `powf`, which scales its argument's relative error by the exponent,
         // and the products) are each within a few ulps.
         let slack = 1e-12 * (1.0 + f64::from(exponent));
-        let group = f64::from(self.params.temperature());
-        let lo = at(h_lo.max(0.0)) * group * (1.0 - slack);
-        let hi = at(h_hi.max(0.0)) * group * (1.0 + slack);
+        let rest = f64::from(self.draw_temperature());
+        let lo = at(h_lo.max(0.0)) * rest * (1.0 - slack);
+        let hi = at(h_hi.max(0.0)) * rest * (1.0 + slack);
         if !(lo > 0.0 && hi < f64::from(f32::MAX)) {
             return Ok(None);
         }
@@ -3969,13 +3986,12 @@ mod tests {
                     let u = (f64::from(k) + 0.5) / 50.0;
                     let e = &mut chain.engine;
                     e.build_patches(&row[..], None);
-                    e.params.temperature = tb;
-                    let b = e.finish(&row[..], &row[..], None, Goal::Draw(Some(u)));
-                    e.params.temperature = ta;
-                    let a = e.finish(&row[..], &row[..], None, Goal::Draw(Some(u)));
-                    e.params.temperature = 0.8;
+                    decided += usize::from(e.draw_at_both(&row[..], (ta, tb), u).is_some());
                     e.scratch.overlay.clear();
-                    decided += usize::from(a.unwrap().unwrap().token == b.unwrap().unwrap().token);
+                    assert_eq!(
+                        e.params.temperature, 0.8,
+                        "the group's temperature restored"
+                    );
                 }
                 assert!(
                     decided >= 45,

@@ -43,10 +43,10 @@ fn keep_argmax(c: &mut Candidates) {
 /// - **Edge cases**: zero or one finite candidate: unchanged (llama.cpp returns before
 ///   scaling); `n` counts only finite candidates (llama.cpp counts the whole array).
 /// - **Cost**: two passes, no sort, no allocation once warm. As the first stage of a
-///   chain (after any bias and penalties) followed only by a temperature and the draw,
-///   the row is not copied: one vectorised pass bounds the entropy, so the temperature
-///   lies within a bracket of two `f32`s (7e-8 to 2e-6 of it apart in the tests), and the draw on
-///   the row in place at each end picks the token. A token picked at both ends is the
+///   chain (after any bias and penalties) followed by a temperature, a top-k or both,
+///   and the draw, the row is not copied: one vectorised pass bounds the entropy, so
+///   the temperature lies within a bracket of two `f32`s (7e-8 to 2e-6 of it apart in
+///   the tests), and the draw on the row in place at each end picks the token. A token picked at both ends is the
 ///   one at every temperature between them (a token later in draw order only gains
 ///   mass as the temperature rises), so it is this stage's token; otherwise the stage
 ///   runs as here. The sample's logprobs are then those at the lower end.
