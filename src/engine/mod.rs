@@ -106,6 +106,13 @@ const FLOOR_DIRECT: usize = 4096;
 /// of a row's tail within a few percent at a fortieth of a pass's cost.
 const TYPICAL_STRIDE: usize = 128;
 
+/// The widest bracket, relative to its lower end, at which a sample of dynamic
+/// temperature first (see [`Engine::run_dyn_temp`]) reports logprobs: those are taken
+/// at the lower end, so within a millionth of the stage's temperature. A bracket
+/// wider than this (with logprobs requested) is narrowed by the precise statistics, or
+/// else left to the dense copy. Any width gives the stage's token.
+const DYN_TEMP_WIDTH: f64 = 1e-6;
+
 /// Typical-p's centre on a row: the row's maximum, the centre `c` relative to it, and
 /// the bounds of [`floor_band::typical`](crate::floor_band::typical).
 struct Centre {
@@ -915,9 +922,9 @@ impl Engine {
     /// temperature between them, the stage's among them. Otherwise (the uniform within
     /// the bounds' reach of a boundary), the dense copy decides.
     ///
-    /// The sample's logprobs are those at `ta`, whose distance from the stage's
-    /// temperature is within the bracket's width (a few parts in `10^7` of it, more with
-    /// a large exponent).
+    /// The sample's logprobs are those at `ta`, within [`DYN_TEMP_WIDTH`] of the stage's
+    /// temperature, relative to it: when logprobs are requested and the fast bracket is
+    /// wider, the precise statistics narrow it, or else the dense copy draws.
     fn run_dyn_temp<T: Logit>(
         &mut self,
         row: &[T],
@@ -976,20 +983,44 @@ impl Engine {
     fn dyn_temp_bracket<T: Logit>(
         &self,
         row: &[T],
-        (t, delta, exponent): (f32, f32, f32),
+        rule: (f32, f32, f32),
     ) -> Result<Option<(f32, f32)>, Error> {
         let ov = &self.scratch.overlay;
         let (max, e) = entropy_under(row, ov)?;
         if max == f32::NEG_INFINITY {
             return Ok(None);
         }
-        let Some((h_lo, h_hi)) = crate::floor_band::entropy(&e, row.len()) else {
-            return Ok(None);
-        };
         let n = finite_under(row, ov);
         if n < 2 {
             return Ok(None);
         }
+        let fast = self.dyn_temp_at(&e, n, rule);
+        let wide = |b: Option<(f32, f32)>| {
+            b.is_some_and(|(a, b)| f64::from(b) - f64::from(a) > DYN_TEMP_WIDTH * f64::from(a))
+        };
+        if self.params.logprobs().is_none() || !wide(fast) {
+            return Ok(fast);
+        }
+        // The logprobs are reported at the lower end: the precise statistics narrow a
+        // bracket too wide for them (near a zero entropy, an exponent below 1 magnifies
+        // the fast bound's error), or the dense copy gives them.
+        let mut e = crate::stats::entropy_precise(row, ov.marked(), max);
+        for &(_, l) in &ov.patch {
+            e.add_exact(l, max);
+        }
+        let precise = self.dyn_temp_at(&e, n, rule);
+        Ok(precise.filter(|_| !wide(precise)))
+    }
+
+    /// The bracket of [`dyn_temp_bracket`](Self::dyn_temp_bracket) from the entropy
+    /// statistics `e` of the row's `n >= 2` finite tokens.
+    fn dyn_temp_at(
+        &self,
+        e: &crate::stats::Entropy,
+        n: usize,
+        (t, delta, exponent): (f32, f32, f32),
+    ) -> Option<(f32, f32)> {
+        let (h_lo, h_hi) = crate::floor_band::entropy(e, n)?;
         let at = |h: f64| crate::floor_band::temperature_at(t, delta, exponent, h, n);
         // The stage's temperature is `at` of its own entropy, which lies within the
         // bounds; `at` rises with the entropy. Its roundings and these (`ln`, the
@@ -1000,7 +1031,7 @@ impl Engine {
         let lo = at(h_lo.max(0.0)) * rest * (1.0 - slack);
         let hi = at(h_hi.max(0.0)) * rest * (1.0 + slack);
         if !(lo > 0.0 && hi < f64::from(f32::MAX)) {
-            return Ok(None);
+            return None;
         }
         let ta = match lo as f32 {
             a if f64::from(a) > lo => a.next_down(),
@@ -1011,7 +1042,7 @@ impl Engine {
             b => b,
         };
         let hold = ta > 0.0 && histogram::f32_weights_hold(ta) && histogram::f32_weights_hold(tb);
-        Ok(hold.then_some((ta, tb)))
+        hold.then_some((ta, tb))
     }
 
     /// Bans under `scratch.overlay` the tokens [`Xtc`](crate::Xtc) removes from `row`
@@ -3999,6 +4030,45 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Near a zero entropy an exponent below 1 magnifies the fast bound's error: with
+    /// logprobs requested, the precise statistics narrow the bracket to
+    /// [`DYN_TEMP_WIDTH`], and the logprobs at its lower end are the stage's.
+    #[test]
+    fn dynamic_temperature_narrows_a_wide_bracket_for_logprobs() {
+        let mut x = 0x0bad_cafe_f00d_d00du64;
+        let n = 200;
+        let mut row = crate::test_rows::uniform_row(&mut x, n, 40.0, 101, 7);
+        row[2] = 110.0;
+        let stage = crate::DynamicTemperature::new(0.8, 0.3, 0.5).unwrap();
+        let bracket = |logprobs: bool| {
+            let mut b = crate::Chain::builder(n)
+                .stage(stage.clone())
+                .stage(crate::Temperature::new(0.8).unwrap());
+            if logprobs {
+                b = b.logprobs(3);
+            }
+            let mut chain = b.draw().build().unwrap();
+            let e = &mut chain.engine;
+            let rule = e.dyn_temp.expect("dynamic temperature first is planned");
+            e.build_patches(&row[..], None);
+            let out = e.dyn_temp_bracket(&row[..], rule).unwrap().unwrap();
+            e.scratch.overlay.clear();
+            let t = applied(stage.clone(), &row, e).temperature() * f64::from(0.8f32);
+            (out, t)
+        };
+        let ((ta, tb), t) = bracket(false);
+        assert!(f64::from(ta) <= t && t <= f64::from(tb));
+        let fast = (f64::from(tb) - f64::from(ta)) / t;
+        assert!(
+            fast > DYN_TEMP_WIDTH,
+            "the fast bracket is wide here: {fast:e}"
+        );
+        let ((ta, tb), t) = bracket(true);
+        assert!(f64::from(ta) <= t && t <= f64::from(tb));
+        let precise = (f64::from(tb) - f64::from(ta)) / t;
+        assert!(precise <= DYN_TEMP_WIDTH, "{precise:e}");
     }
 
     /// On flat rows, where typical-p keeps most tokens, the fast path bans the tokens
