@@ -707,16 +707,26 @@ pub(crate) fn collect<T: Logit>(
         None => gather::<T, false>(row, &[], f, lo, hi, cap, out),
         Some(marks) => gather::<T, true>(row, marks, f, lo, hi, cap, out),
     };
-    if !full {
-        return false;
+    if full {
+        finish_collect(overlay, f, (lo, hi), out);
     }
+    full
+}
+
+/// The end of [`collect`], once the row's unmarked tokens of buckets `lo..=hi` are in
+/// `out`: adds the patches of those buckets and sorts `out` by [`order`].
+pub(crate) fn finish_collect(
+    overlay: &Overlay,
+    f: Frame,
+    (lo, hi): (usize, usize),
+    out: &mut Vec<(f32, TokenId)>,
+) {
     for &(id, l) in &overlay.patch {
         if (lo..=hi).contains(&(key(l, f) as usize)) {
             out.push((l, id));
         }
     }
     out.sort_unstable_by(order);
-    true
 }
 
 /// The pass of [`collect`]: the unmarked tokens of buckets `lo..=hi`, unsorted; false

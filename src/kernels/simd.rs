@@ -188,9 +188,71 @@ dispatch!(
           count: &mut [u32], mass: &mut [f64], second: Option<(Frame, &mut [f64])>) -> ()
 );
 
+/// [`histogram::collect`]: the same tokens in the same order, and the same result.
+///
+/// From the top (`lo == 0`) an entry is near the buckets exactly when it is at least
+/// the lower end of [`Frame::interval`], so the entries to key are those of
+/// [`block_masks`]' bits above the value just below it: one comparison per chunk of 16
+/// without a branch, then only the set bits visited (a floor stage's collection, where
+/// the per-chunk test of both ends took about a quarter of top-n-sigma's step).
+/// Otherwise (a window below the top, where most entries above it would be visited),
+/// [`histogram::collect`] on the widest vectors the CPU has. Either gives up at the same
+/// block, past `cap` tokens.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn collect<T: Logit>(
+    row: &[T],
+    overlay: &Overlay,
+    f: Frame,
+    lo: usize,
+    hi: usize,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+) -> bool {
+    if lo != 0 {
+        return collect_window(row, overlay, f, lo, hi, cap, out);
+    }
+    out.clear();
+    let (a, _) = f.interval(lo, hi);
+    let (threshold, hi32) = (a.next_down(), hi as u32);
+    let marks = overlay.marked();
+    let mut sum = [0.0f32; LANES];
+    let mut masks = [0u64; scan::GROUP];
+    let block = crate::adjust::BLOCK;
+    let whole = row.len() / block * block;
+    for from in (0..whole).step_by(scan::GROUP * block) {
+        let to = whole.min(from + scan::GROUP * block);
+        let group_marks = marks.map(|m| &m[from / 32..]);
+        block_masks(&row[from..to], group_marks, threshold, &mut sum, &mut masks);
+        for (b, &bits) in masks[..(to - from) / block].iter().enumerate() {
+            let base = from + b * block;
+            let mut m = bits;
+            while m != 0 {
+                let i = base + m.trailing_zeros() as usize;
+                let l = row[i].to_f32();
+                if histogram::key(l, f) <= hi32 {
+                    out.push((l, i as TokenId));
+                }
+                m &= m - 1;
+            }
+            if out.len() > cap {
+                return false;
+            }
+        }
+    }
+    for (i, x) in row.iter().enumerate().skip(whole) {
+        let l = x.to_f32();
+        let unmarked = !marks.is_some_and(|m| crate::adjust::is_marked(m, i));
+        if histogram::key(l, f) <= hi32 && unmarked {
+            out.push((l, i as TokenId));
+        }
+    }
+    histogram::finish_collect(overlay, f, (lo, hi), out);
+    true
+}
+
 dispatch!(
     /// [`histogram::collect`], on the widest vectors the CPU has.
-    collect, collect_avx2, collect_avx512, histogram::collect,
+    collect_window, collect_window_avx2, collect_window_avx512, histogram::collect,
     fn<T>(row: &[T], overlay: &Overlay, f: Frame, lo: usize, hi: usize, cap: usize,
           out: &mut Vec<(f32, TokenId)>) -> bool
 );
@@ -630,6 +692,74 @@ mod tests {
 
     /// Every compiled copy of the passes that this CPU can run gives bit-identical
     /// results to the portable one.
+    /// The collection from the top through the block bits gives what the portable
+    /// collection gives: the same tokens in the same order, and the same give-up, with
+    /// and without marks and patches, for each dtype.
+    #[test]
+    fn collection_from_the_top_is_the_portable_collection() {
+        use crate::half::f16;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (n, scale) in [
+            (151_936usize, 2.0f32),
+            (4_097, 0.3),
+            (1_000, 8.0),
+            (33, 40.0),
+        ] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, scale, 97, 5);
+            // Ties, a run at the top and `-inf`s.
+            for i in (0..n).step_by(7) {
+                row[i] = row[i / 2];
+            }
+            row[n / 3] = f32::NEG_INFINITY;
+            row[n - 1] = f32::NEG_INFINITY;
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut allowed = vec![0u32; n.div_ceil(32)];
+            allowed.iter_mut().for_each(|w| {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                *w = ((x >> 32) as u32) | ((x >> 9) as u32);
+            });
+            let bias = [(0, 3.0), (5, -2.0), (n / 2, 0.5), (n - 2, 9.0)];
+            let params = bias
+                .into_iter()
+                .fold(crate::SamplingParams::builder(), |b, (id, v)| {
+                    b.logit_bias(id as TokenId, v)
+                })
+                .build()
+                .unwrap();
+            let mut patched = Overlay::new(n);
+            patched.build(&row, &params, &[], &mut vec![0u32; n]);
+            let mut both = Overlay::new(n);
+            both.build(&row, &params, &[], &mut vec![0u32; n]);
+            both.ban_marks(&allowed);
+            let mut marked = Overlay::new(n);
+            marked.ban_marks(&allowed);
+            let halves: Vec<f16> = row.iter().map(|&l| f16::from_f32(l)).collect();
+            for ov in [Overlay::new(n), marked, patched, both] {
+                let top = ov.patch.iter().fold(max, |m, p| m.max(p.1));
+                for t in [1.0f32, 0.6] {
+                    let f = Frame::new(top, t);
+                    for hi in [0, 3, 64, 700, histogram::LAST] {
+                        for cap in [0, 40, 4096, usize::MAX] {
+                            let (mut a, mut b) = (vec![(9.0, 9)], Vec::new());
+                            let ra = collect(&row, &ov, f, 0, hi, cap, &mut a);
+                            let rb = histogram::collect(&row, &ov, f, 0, hi, cap, &mut b);
+                            assert_eq!(ra, rb, "n {n}, hi {hi}, cap {cap}");
+                            if ra {
+                                assert_eq!(a, b, "n {n}, hi {hi}, cap {cap}");
+                            }
+                            let ra = collect(&halves, &ov, f, 0, hi, cap, &mut a);
+                            let rb = histogram::collect(&halves, &ov, f, 0, hi, cap, &mut b);
+                            assert_eq!(ra, rb, "f16: n {n}, hi {hi}, cap {cap}");
+                            if ra {
+                                assert_eq!(a, b, "f16: n {n}, hi {hi}, cap {cap}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn dispatched_and_portable_paths_are_bit_identical() {
         let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
@@ -796,10 +926,10 @@ mod tests {
                         unsafe {
                             if level == Level::Avx512 {
                                 build_avx512(&row, ov, f, limit, precise, &mut c2, &mut m2, second);
-                                collect_avx512(&row, ov, f, 3, limit, usize::MAX, &mut o2);
+                                collect_window_avx512(&row, ov, f, 3, limit, usize::MAX, &mut o2);
                             } else {
                                 build_avx2(&row, ov, f, limit, precise, &mut c2, &mut m2, second);
-                                collect_avx2(&row, ov, f, 3, limit, usize::MAX, &mut o2);
+                                collect_window_avx2(&row, ov, f, 3, limit, usize::MAX, &mut o2);
                             }
                         }
                         assert_eq!(c1, c2);
