@@ -198,8 +198,8 @@ fn close32(a: f32, b: f32) -> bool {
 }
 
 /// Logprobs as `rule` reports them: within an ulp or two, or for dynamic temperature
-/// first (whose logprobs are at the bracket's lower temperature, within `1e-5` of the
-/// stage's) within `1e-5` of the logprob's magnitude.
+/// first (whose logprobs are at the bracket's lower temperature, within a millionth of
+/// the stage's) within `1e-5` of the logprob's magnitude.
 fn close_for(rule: Rule, a: f32, b: f32) -> bool {
     match rule {
         Rule::DynTemp(..) => a == b || (a - b).abs() <= 1e-5 * a.abs().max(1.0),
