@@ -690,14 +690,12 @@ mod tests {
         }
     }
 
-    /// Every compiled copy of the passes that this CPU can run gives bit-identical
-    /// results to the portable one.
     /// The collection from the top through the block bits gives what the portable
     /// collection gives: the same tokens in the same order, and the same give-up, with
     /// and without marks and patches, for each dtype.
     #[test]
     fn collection_from_the_top_is_the_portable_collection() {
-        use crate::half::f16;
+        use half::f16;
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for (n, scale) in [
             (151_936usize, 2.0f32),
@@ -760,6 +758,8 @@ mod tests {
         }
     }
 
+    /// Every compiled copy of the passes that this CPU can run gives bit-identical
+    /// results to the portable one.
     #[test]
     fn dispatched_and_portable_paths_are_bit_identical() {
         let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
