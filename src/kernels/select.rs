@@ -215,21 +215,12 @@ pub(crate) fn count_above<T: crate::element::Logit>(
     marks: Option<&[u32]>,
     threshold: f32,
 ) -> usize {
-    use crate::adjust::{BLOCK, LANES};
-    let mut sum = [0.0f32; LANES];
-    let mut masks = [0u64; GROUP];
-    let whole = row.len() / BLOCK * BLOCK;
     let mut count = 0;
-    for from in (0..whole).step_by(GROUP * BLOCK) {
-        let to = whole.min(from + GROUP * BLOCK);
-        let group_marks = marks.map(|m| &m[from / 32..]);
-        crate::simd::block_masks(&row[from..to], group_marks, threshold, &mut sum, &mut masks);
-        let blocks = &masks[..(to - from) / BLOCK];
-        count += blocks
-            .iter()
-            .map(|m| m.count_ones() as usize)
-            .sum::<usize>();
-    }
+    let whole = crate::simd::for_each_block_bits(row, marks, threshold, |_, bits| {
+        count += bits.count_ones() as usize;
+        true
+    })
+    .unwrap_or(row.len());
     let unmarked = |i: usize| !marks.is_some_and(|m| crate::adjust::is_marked(m, i));
     let tail = (whole..row.len()).filter(|&i| row[i].to_f32() > threshold && unmarked(i));
     count + tail.count()

@@ -188,6 +188,33 @@ dispatch!(
           count: &mut [u32], mass: &mut [f64], second: Option<(Frame, &mut [f64])>) -> ()
 );
 
+/// Calls `visit(base, bits)` for each whole [`BLOCK`](crate::adjust::BLOCK) of `row` in
+/// order, `base` the block's first index and `bits` those of [`block_masks`]: its
+/// entries above `threshold` that `marks` does not mark. Returns where the whole blocks
+/// end, or `None` once `visit` returns false (the blocks after it unvisited).
+pub(crate) fn for_each_block_bits<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    threshold: f32,
+    mut visit: impl FnMut(usize, u64) -> bool,
+) -> Option<usize> {
+    let block = crate::adjust::BLOCK;
+    let mut sum = [0.0f32; LANES];
+    let mut masks = [0u64; scan::GROUP];
+    let whole = row.len() / block * block;
+    for from in (0..whole).step_by(scan::GROUP * block) {
+        let to = whole.min(from + scan::GROUP * block);
+        let group_marks = marks.map(|m| &m[from / 32..]);
+        block_masks(&row[from..to], group_marks, threshold, &mut sum, &mut masks);
+        for (b, &bits) in masks[..(to - from) / block].iter().enumerate() {
+            if !visit(from + b * block, bits) {
+                return None;
+            }
+        }
+    }
+    Some(whole)
+}
+
 /// [`histogram::collect`]: the same tokens in the same order, and the same result.
 ///
 /// From the top (`lo == 0`) an entry is near the buckets exactly when it is at least
@@ -215,30 +242,20 @@ pub(crate) fn collect<T: Logit>(
     let (a, _) = f.interval(lo, hi);
     let (threshold, hi32) = (a.next_down(), hi as u32);
     let marks = overlay.marked();
-    let mut sum = [0.0f32; LANES];
-    let mut masks = [0u64; scan::GROUP];
-    let block = crate::adjust::BLOCK;
-    let whole = row.len() / block * block;
-    for from in (0..whole).step_by(scan::GROUP * block) {
-        let to = whole.min(from + scan::GROUP * block);
-        let group_marks = marks.map(|m| &m[from / 32..]);
-        block_masks(&row[from..to], group_marks, threshold, &mut sum, &mut masks);
-        for (b, &bits) in masks[..(to - from) / block].iter().enumerate() {
-            let base = from + b * block;
-            let mut m = bits;
-            while m != 0 {
-                let i = base + m.trailing_zeros() as usize;
-                let l = row[i].to_f32();
-                if histogram::key(l, f) <= hi32 {
-                    out.push((l, i as TokenId));
-                }
-                m &= m - 1;
+    let whole = for_each_block_bits(row, marks, threshold, |base, mut bits| {
+        while bits != 0 {
+            let i = base + bits.trailing_zeros() as usize;
+            let l = row[i].to_f32();
+            if histogram::key(l, f) <= hi32 {
+                out.push((l, i as TokenId));
             }
-            if out.len() > cap {
-                return false;
-            }
+            bits &= bits - 1;
         }
-    }
+        out.len() <= cap
+    });
+    let Some(whole) = whole else {
+        return false;
+    };
     for (i, x) in row.iter().enumerate().skip(whole) {
         let l = x.to_f32();
         let unmarked = !marks.is_some_and(|m| crate::adjust::is_marked(m, i));
