@@ -3667,11 +3667,22 @@ fn draw_flat(
     // The fast mass of the survivors above `hi` (none above the maximum) and above
     // `lo` (all), and how many they are.
     let ((mut m_hi, mut n_hi), (mut m_lo, mut n_lo)) = ((0.0, 0), (total, s.flat.len()));
+    // Once the window holds at most half of the survivors, its entries are compacted
+    // into `win` (logits), `win_w` (fast weights) and `win_at` (places in `flat`), and
+    // the passes after read those alone, adding the mass and count above the window as
+    // it was then (`base`). The compaction costs about one pass over the survivors and
+    // saves at least half of one on every pass after it. (Either way a mass is a sum of
+    // the same weights in another order, within the same bound.)
+    let mut base: Option<(f64, usize)> = None;
     let mut slow = false;
     for _ in 0..32 {
         let n = n_lo - n_hi;
         if n <= FLAT_WINDOW {
             break;
+        }
+        if base.is_none() && 2 * n <= s.flat.len() {
+            compact_window(s, (lo, hi));
+            base = Some((m_hi, n_hi));
         }
         // Where the mass would pass the target if it were spread evenly over the
         // window's logits, and a band around it as wide as a sixteenth of the window's
@@ -3684,7 +3695,7 @@ fn draw_flat(
             ((1.0 - q - band).max(0.0), (1.0 - q + band).min(1.0))
         };
         let (xa, xb) = (mid(lo, hi, qa), mid(lo, hi, qb));
-        let [(ma, ca), (mb, cb)] = crate::simd::mass_above(&s.flat, &s.flat_w, [xa, xb]);
+        let [(ma, ca), (mb, cb)] = mass_above_in(s, base, [xa, xb]);
         let before = n;
         let mut stop = false;
         // (`xa <= xb`: the mass above `xa` is the larger.)
@@ -3707,11 +3718,16 @@ fn draw_flat(
         slow = 4 * (n_lo - n_hi) > before;
     }
     let _ = m_lo;
-    crate::simd::compress(&s.flat, None, (lo, hi), &mut s.win, &mut s.win_at);
+    if base.is_none() {
+        crate::simd::compress(&s.flat, None, (lo, hi), &mut s.win, &mut s.win_at);
+    }
     s.cand2.clear();
     let ids = &s.flat_ids;
-    s.cand2
-        .extend((s.win.iter().zip(&s.win_at)).map(|(&l, &i)| (l, ids[i as usize])));
+    s.cand2.extend(
+        (s.win.iter().zip(&s.win_at))
+            .filter(|&(&l, _)| l > lo && l <= hi)
+            .map(|(&l, &i)| (l, ids[i as usize])),
+    );
     s.cand2.sort_unstable_by(select::order);
     fill_weights(&s.cand2, f.max, t, &mut s.weight2);
     let mut c = m_hi;
@@ -3726,6 +3742,28 @@ fn draw_flat(
         }
     }
     None
+}
+
+/// The entries of `scratch.flat` in `(lo, hi]` into `win` (logits), `win_at` (their
+/// places in `flat`) and `win_w` (their fast weights, from `flat_w`), in id order.
+fn compact_window(s: &mut Scratch, (lo, hi): (f32, f32)) {
+    crate::simd::compress(&s.flat, None, (lo, hi), &mut s.win, &mut s.win_at);
+    let w = &s.flat_w;
+    s.win_w.clear();
+    s.win_w.extend(s.win_at.iter().map(|&i| w[i as usize]));
+}
+
+/// [`flat::mass_above`](crate::flat::mass_above) of `scratch.flat` at the two points
+/// `xs`: read from `flat` itself, or, once [`compact_window`] kept the window `(lo, hi]`
+/// (both points inside it), from the window alone plus `base`, the fast mass and count
+/// of the survivors above `hi`.
+fn mass_above_in(s: &Scratch, base: Option<(f64, usize)>, xs: [f32; 2]) -> [(f64, usize); 2] {
+    match base {
+        None => crate::simd::mass_above(&s.flat, &s.flat_w, xs),
+        Some((m, c)) => {
+            crate::simd::mass_above(&s.win, &s.win_w, xs).map(|(mw, cw)| (m + mw, c + cw))
+        }
+    }
 }
 
 /// One draw over `Survivors::Hist`.
@@ -3839,6 +3877,50 @@ fn exact_hist<U: Logit>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Once the flat draw's window is compacted, the mass and count above a point inside
+    /// it are those of the whole set of survivors: the window's own entries above the
+    /// point plus those above the window, within the bound of two `f64` sums of the same
+    /// weights; and the window holds exactly the entries in `(lo, hi]`, with their
+    /// weights.
+    #[test]
+    fn a_compacted_window_gives_the_masses_of_the_whole_set() {
+        let mut x = 0x0bad_5eed_1234_5678u64;
+        let mut s = Scratch::new(20_011, 0).unwrap();
+        s.flat = crate::test_rows::uniform_row(&mut x, 20_011, 6.0, 1, 1);
+        s.flat.retain(|l| l.is_finite());
+        let max = s.flat.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        s.flat_w = s.flat.iter().map(|&l| (l - max).exp()).collect();
+        let total: f64 = s.flat_w.iter().map(|&w| f64::from(w)).sum();
+        let bound = crate::draw::margin(s.flat.len(), total);
+        let mut r = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f32 / (1u64 << 53) as f32 * 6.0 - 3.0
+        };
+        for _ in 0..200 {
+            let (a, b) = (r(), r());
+            let (lo, hi) = (a.min(b), a.max(b));
+            let base = mass_above_in(&s, None, [hi, hi])[0];
+            compact_window(&mut s, (lo, hi));
+            let inside: Vec<usize> = (0..s.flat.len())
+                .filter(|&i| s.flat[i] > lo && s.flat[i] <= hi)
+                .collect();
+            assert_eq!(s.win_at.len(), inside.len());
+            for (k, &i) in inside.iter().enumerate() {
+                assert_eq!(s.win_at[k] as usize, i);
+                assert_eq!((s.win[k], s.win_w[k]), (s.flat[i], s.flat_w[i]));
+            }
+            let (xa, xb) = (lo + (hi - lo) / 3.0, lo + 2.0 * (hi - lo) / 3.0);
+            let want = mass_above_in(&s, None, [xa, xb]);
+            let got = mass_above_in(&s, Some(base), [xa, xb]);
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.1, w.1, "count above a point, window ({lo}, {hi}]");
+                assert!((g.0 - w.0).abs() <= bound, "{} vs {}", g.0, w.0);
+            }
+        }
+    }
 
     /// A chain of `stage`, then temperature 0.8 and the draw, over `n` tokens.
     fn first_of(stage: impl Stage + Clone + 'static, n: usize) -> crate::Chain {

@@ -33,10 +33,11 @@ pub(crate) struct Scratch {
     pub(crate) flat_ids: Vec<TokenId>,
     /// The fast weights of `flat`, same order.
     pub(crate) flat_w: Vec<f32>,
-    /// The entries of `flat` within the draw's window: their logits and their indices
-    /// into `flat`.
+    /// The entries of `flat` within the draw's window: their logits, their indices
+    /// into `flat` and (once the window is compacted) their fast weights.
     pub(crate) win: Vec<f32>,
     pub(crate) win_at: Vec<TokenId>,
+    pub(crate) win_w: Vec<f32>,
     /// Histogram: count and mass per bucket.
     pub(crate) hist_count: Vec<u32>,
     pub(crate) hist_mass: Vec<f64>,
@@ -75,6 +76,7 @@ impl Scratch {
             flat_w: with_capacity(vocab_size + crate::adjust::LANES)?,
             win: with_capacity(vocab_size + crate::adjust::LANES)?,
             win_at: with_capacity(vocab_size + crate::adjust::LANES)?,
+            win_w: with_capacity(vocab_size + crate::adjust::LANES)?,
             seeds: with_capacity(vocab_size / crate::adjust::BLOCK + 1)?,
             overlay: crate::adjust::Overlay::try_new(vocab_size)?,
             counts: Vec::new(),
