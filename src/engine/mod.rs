@@ -3605,12 +3605,14 @@ fn weigh_flat(s: &mut Scratch, max: f32, t: f32, floor: f32) -> Survivors {
     let total = crate::simd::weigh(&s.flat, f, &mut s.flat_w);
     // Each weight is within the bound of the histogram's bucket of `floor`, the last
     // one any survivor's key reaches (the key is monotone), or, for the buckets of
-    // weights below `e^-63`, of the last bucket; the `f64` sums of up to `n` of them
-    // round by less than `2 n` ulps.
+    // weights below `e^-63`, of the last bucket; the total's `f32` sums round by at
+    // most `WEIGH_SUM_ERROR` of it, its `f64` sums (and those of the masses the draw
+    // takes) by less than `2 n` ulps.
     let hi = (histogram::key(floor, f) as usize).min(LAST);
     let (count, mass) = (n as u32, total);
     let err = histogram::error_bound(hi.min(LAST - 1), count, mass, f)
         + histogram::error_bound(LAST, count, mass, f)
+        + flat::WEIGH_SUM_ERROR * mass
         + 2.0 * n as f64 * f64::EPSILON * mass;
     Survivors::Flat {
         n,
