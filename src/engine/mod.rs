@@ -3648,16 +3648,15 @@ fn settle_flat(s: &mut Scratch, survivors: Survivors) -> Survivors {
 }
 
 /// Inverse CDF over `Survivors::Flat` (frame, temperature and floor in `walk`, fast
-/// total `total`) without
-/// sorting them: a search on the logit narrows the window `(lo, hi]` that holds the
-/// token where the running mass passes `target`. Each pass takes the fast mass of the
-/// survivors above two points around the target's place (interpolated on the masses at
-/// the window's ends, or the window's thirds when that made little progress), and a
-/// point counts as decided only when `margin` cannot move its mass across the target.
-/// Then the window's survivors alone are sorted (rebuilt into `(value, id)`), and walked
-/// with their exact weights from the fast mass above the window. `None` when the target
-/// comes within `margin` of a running sum, or is not reached: the precise weights
-/// decide.
+/// total `total`) without sorting them: a search on the logit narrows the window
+/// `(lo, hi]` that holds the token where the running mass passes `target`. Each pass
+/// takes the fast mass of the survivors above two points around the target's place
+/// (where [`flat::MassSlope`], fitted to the window's mass and count, puts it, or the
+/// window's thirds after a step that made little progress), and a point counts as
+/// decided only when `margin` cannot move its mass across the target. Then the window's
+/// survivors alone are sorted (rebuilt into `(value, id)`), and walked with their exact
+/// weights from the fast mass above the window. `None` when the target comes within
+/// `margin` of a running sum, or is not reached: the precise weights decide.
 fn draw_flat(
     s: &mut Scratch,
     (f, t, floor): (Frame, f32, f32),
@@ -3686,15 +3685,30 @@ fn draw_flat(
             compact_window(s, (lo, hi));
             base = Some((m_hi, n_hi));
         }
-        // Where the mass would pass the target if it were spread evenly over the
-        // window's logits, and a band around it as wide as a sixteenth of the window's
-        // survivors would be; or the window's thirds.
+        // Where the mass would pass the target if it were spread over the window's
+        // logits as [`flat::MassSlope`] models it (evenly, without a model), and a band
+        // around it as wide as a sixteenth of the window's mass (an eighth before the
+        // compaction, where a miss costs another pass over every survivor); or, after a
+        // step that kept more than a quarter of the window, the window's thirds, one of
+        // which the next window is, whatever the masses.
         let (qa, qb) = if slow {
             (1.0 / 3.0, 2.0 / 3.0)
         } else {
             let q = ((target - m_hi) / (m_lo - m_hi)).clamp(0.0, 1.0);
-            let band = 0.5 * (FLAT_WINDOW as f64 / n as f64).max(1.0 / 16.0);
-            ((1.0 - q - band).max(0.0), (1.0 - q + band).min(1.0))
+            let part = if base.is_none() {
+                1.0 / 8.0
+            } else {
+                1.0 / 16.0
+            };
+            let band = 0.5 * (FLAT_WINDOW as f64 / n as f64).max(part);
+            let (fa, fb) = ((q + band).min(1.0), (q - band).max(0.0));
+            let at_lo = (f64::from(lo) - f64::from(f.max)) / f64::from(t);
+            let beta = (f64::from(hi) - f64::from(lo)) / f64::from(t);
+            let ln_rho = ((m_lo - m_hi) / n as f64).ln() - at_lo;
+            match flat::MassSlope::fit(beta, ln_rho) {
+                Some(m) => (m.place(fa), m.place(fb)),
+                None => (1.0 - fa, 1.0 - fb),
+            }
         };
         let (xa, xb) = (mid(lo, hi, qa), mid(lo, hi, qb));
         let [(ma, ca), (mb, cb)] = mass_above_in(s, base, [xa, xb]);
@@ -3717,7 +3731,8 @@ fn draw_flat(
         if stop || n_lo - n_hi == before {
             break;
         }
-        slow = 4 * (n_lo - n_hi) > before;
+        // (A step on the thirds is followed by one on the model again.)
+        slow = !slow && 4 * (n_lo - n_hi) > before;
     }
     let _ = m_lo;
     if base.is_none() {

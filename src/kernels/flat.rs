@@ -231,6 +231,108 @@ pub(crate) fn mass_above<T: Logit>(vals: &[T], w: &[f32], xs: [f32; 2]) -> [(f64
     out
 }
 
+/// A model of how a window of survivors `(lo, hi]` spreads its mass over the logit, for
+/// choosing where to probe it: a mass density `e^(g s)` at `s = l - lo`, whose slope `g`
+/// gives the survivors the mean weight they have. (Each weight is `e^(s / T)` times the
+/// weight at `lo`, so that the survivors' own density is `e^((g - 1 / T) s)`.) On a flat
+/// row most of the survivors, and of their mass, lie near the floor, where spreading
+/// the mass evenly over the logit would put the points far too high.
+///
+/// The model only chooses where a search looks; what the search decides comes from
+/// the masses it measures there.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MassSlope {
+    /// `g` times the window's width.
+    gamma: f64,
+}
+
+impl MassSlope {
+    /// The slope for a window `beta = (hi - lo) / T` wide whose survivors' mean weight is
+    /// `e^ln_rho` times the weight at its lower end (`0 < ln_rho < beta` for survivors
+    /// spread inside it; a value outside takes the end it is nearest). `None` when
+    /// `beta` is not a positive finite number or `ln_rho` is NaN.
+    ///
+    /// The mean weight over the window is `E(gamma) / E(gamma - beta)` times the lowest
+    /// one, with `E(x) = (e^x - 1) / x`, which rises with `gamma`: a safeguarded Newton
+    /// search (bisection where a step would leave the bracket) solves it to `1e-4 beta`
+    /// in `ln_rho`, within [`SLOPE_STEPS`] steps.
+    pub(crate) fn fit(beta: f64, ln_rho: f64) -> Option<MassSlope> {
+        if !(beta > 0.0 && beta.is_finite()) || ln_rho.is_nan() {
+            return None;
+        }
+        let y = ln_rho.clamp(1e-9 * beta, beta * (1.0 - 1e-9));
+        let h = |g: f64| ln_mean(g) - ln_mean(g - beta);
+        let dh = |g: f64| d_ln_mean(g) - d_ln_mean(g - beta);
+        let (mut a, mut b) = (-SLOPE_RANGE, SLOPE_RANGE + beta);
+        let mut g = 0.0;
+        for _ in 0..SLOPE_STEPS {
+            let r = h(g) - y;
+            if r.abs() <= 1e-4 * beta {
+                break;
+            }
+            if r > 0.0 {
+                b = g;
+            } else {
+                a = g;
+            }
+            let step = g - r / dh(g);
+            g = if step > a && step < b {
+                step
+            } else {
+                0.5 * (a + b)
+            };
+        }
+        Some(MassSlope { gamma: g })
+    }
+
+    /// Where, as a fraction of the window's width from its lower end, the model puts the
+    /// point above which lies the fraction `f` (in `[0, 1]`) of the window's mass: the
+    /// `s` with `(e^gamma - e^(gamma s)) / (e^gamma - 1) = f`; `1 - f` for a flat density.
+    pub(crate) fn place(self, f: f64) -> f64 {
+        let g = self.gamma;
+        let s = if g.abs() < 1e-9 {
+            1.0 - f
+        } else if g < 0.0 {
+            ((1.0 - f) * g.exp_m1()).ln_1p() / g
+        } else {
+            1.0 + (f * (-g).exp_m1()).ln_1p() / g
+        };
+        if s.is_nan() {
+            1.0 - f
+        } else {
+            s.clamp(0.0, 1.0)
+        }
+    }
+}
+
+/// The bracket of [`MassSlope::fit`]'s search is `gamma` in
+/// `[-SLOPE_RANGE, SLOPE_RANGE + beta]`: beyond it the mass sits within a thousandth of
+/// the window's width from one end, as good as at the end for choosing a point.
+const SLOPE_RANGE: f64 = 4096.0;
+/// The most steps of [`MassSlope::fit`]'s search (Newton's from a flat density usually
+/// takes three or four).
+const SLOPE_STEPS: usize = 12;
+
+/// `ln E(x)`, `E(x) = (e^x - 1) / x` (`E(0) = 1`), without overflow.
+fn ln_mean(x: f64) -> f64 {
+    if x == 0.0 {
+        0.0
+    } else if x > 1.0 {
+        x + (-(-x).exp_m1() / x).ln()
+    } else {
+        (x.exp_m1() / x).ln()
+    }
+}
+
+/// The derivative of [`ln_mean`]: `1 / (1 - e^-x) - 1 / x` (`1 / 2` at 0).
+fn d_ln_mean(x: f64) -> f64 {
+    if x.abs() < 1e-6 {
+        0.5 + x / 12.0
+    } else {
+        -1.0 / (-x).exp_m1() - 1.0 / x
+    }
+}
+
 /// Inserts `extra` (`(l, id)`, ids ascending, none of them in `ids`) into `vals` and
 /// `ids` (ids ascending), keeping ids ascending: each run of entries moves once, by as
 /// many places as there are extra entries before it.
@@ -344,6 +446,73 @@ mod tests {
                 assert!((m - want).abs() <= 1e-12 * want.max(1e-300), "{x}");
             }
         }
+    }
+
+    /// The model's mass above a place `s` (a fraction of the window from its lower end),
+    /// as a fraction of the window's, by a plain midpoint sum.
+    fn model_mass_above(gamma: f64, s: f64) -> f64 {
+        let steps = 200_000;
+        let dens = |x: f64| (gamma * x).exp();
+        let total: f64 = (0..steps)
+            .map(|i| dens((i as f64 + 0.5) / steps as f64))
+            .sum();
+        let above: f64 = (0..steps)
+            .map(|i| (i as f64 + 0.5) / steps as f64)
+            .filter(|&x| x > s)
+            .map(dens)
+            .sum();
+        above / total
+    }
+
+    /// The model's mean weight over the window, as `ln` of its ratio to the weight at the
+    /// lower end, by a plain midpoint sum.
+    fn model_ln_rho(gamma: f64, beta: f64) -> f64 {
+        let steps = 200_000;
+        let (mut mass, mut count) = (0.0, 0.0);
+        for i in 0..steps {
+            let x = (i as f64 + 0.5) / steps as f64;
+            mass += (gamma * x).exp();
+            count += ((gamma - beta) * x).exp();
+        }
+        (mass / count).ln()
+    }
+
+    /// The fit recovers the slope that gave the window its mean weight, and the place
+    /// holds the fraction of the model's mass asked for above it.
+    #[test]
+    fn the_mass_slope_fits_and_places_as_the_model_says() {
+        for beta in [0.01, 1.0, 3.0, 12.0, 60.0] {
+            for gamma in [-40.0, -4.5, -0.3, 0.0, 0.2, 2.0, 9.0] {
+                let m = MassSlope::fit(beta, model_ln_rho(gamma, beta)).unwrap();
+                assert!(
+                    (m.gamma - gamma).abs() <= 1e-2 * (1.0 + gamma.abs()),
+                    "beta {beta} gamma {gamma}: {}",
+                    m.gamma
+                );
+                let mut last = 1.0;
+                for f in [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0] {
+                    let s = m.place(f);
+                    assert!((0.0..=1.0).contains(&s) && s <= last, "{s}");
+                    last = s;
+                    let got = model_mass_above(m.gamma, s);
+                    assert!(
+                        (got - f).abs() <= 1e-4,
+                        "beta {beta} gamma {gamma} f {f}: {got}"
+                    );
+                }
+            }
+        }
+        // An even spread, and mean weights at or past the window's ends.
+        let even = MassSlope { gamma: 0.0 };
+        assert_eq!(even.place(0.25), 0.75);
+        let low = MassSlope::fit(3.0, -1.0).unwrap();
+        assert!(low.place(0.5) < 1e-3, "{}", low.place(0.5));
+        let high = MassSlope::fit(3.0, 4.0).unwrap();
+        assert!(high.place(0.5) > 1.0 - 1e-3, "{}", high.place(0.5));
+        for beta in [0.0, -1.0, f64::INFINITY, f64::NAN] {
+            assert!(MassSlope::fit(beta, 0.5).is_none());
+        }
+        assert!(MassSlope::fit(1.0, f64::NAN).is_none());
     }
 
     #[test]
