@@ -1245,8 +1245,8 @@ impl Engine {
             // and put them in draw order.
             let patches = ov.patch.iter().filter(|p| p.1 >= above);
             s.cand.extend(patches.map(|&(id, l)| (l, id)));
-            s.cand.sort_unstable_by(select::order);
-        } else if !crate::simd::collect(row, ov, frame, 0, last, cap, &mut s.cand) {
+            crate::order::sort(&mut s.cand, &mut s.keys);
+        } else if !crate::simd::collect(row, ov, frame, 0, last, cap, &mut s.cand, &mut s.keys) {
             // Many survivors: the group cuts at the floor, provided that no token lies
             // within the band, which the band's own buckets show, and that the best
             // token is kept.
@@ -1262,7 +1262,16 @@ impl Engine {
             if f64::from(max) < hi || k_hi > k_lo {
                 return Ok(FloorCut::Undecided);
             }
-            crate::simd::collect(row, ov, frame, k_hi, k_lo, usize::MAX, &mut s.cand2);
+            crate::simd::collect(
+                row,
+                ov,
+                frame,
+                k_hi,
+                k_lo,
+                usize::MAX,
+                &mut s.cand2,
+                &mut s.keys,
+            );
             if s.cand2.iter().any(|c| (lo..hi).contains(&f64::from(c.0))) {
                 return Ok(FloorCut::Undecided);
             }
@@ -1287,7 +1296,7 @@ impl Engine {
             // Nothing reaches the cut: the best token alone, ties to the lower id (the
             // first in draw order).
             if s.cand.is_empty() {
-                crate::simd::collect(row, ov, frame, 0, 0, usize::MAX, &mut s.cand);
+                crate::simd::collect(row, ov, frame, 0, 0, usize::MAX, &mut s.cand, &mut s.keys);
             }
             kept = 1.min(s.cand.len());
         } else if kept < keep {
@@ -1296,7 +1305,7 @@ impl Engine {
                 if keep > 1 {
                     return Ok(FloorCut::Undecided);
                 }
-                crate::simd::collect(row, ov, frame, 0, 0, usize::MAX, &mut s.cand);
+                crate::simd::collect(row, ov, frame, 0, 0, usize::MAX, &mut s.cand, &mut s.keys);
             }
             let Some(&(kth, _)) = s.cand.get(keep - 1) else {
                 return Ok(FloorCut::Undecided);
@@ -1544,6 +1553,7 @@ impl Engine {
             bottom,
             FLOOR_DIRECT,
             &mut s.cand,
+            &mut s.keys,
         ) {
             return TypicalCut::Overflow;
         }
@@ -1645,13 +1655,22 @@ impl Engine {
         let cap = 4 * FLOOR_DIRECT;
         match upper {
             Some(k) => {
-                if !crate::simd::collect(row, ov, frame, 0, k, cap, &mut s.cand) {
+                if !crate::simd::collect(row, ov, frame, 0, k, cap, &mut s.cand, &mut s.keys) {
                     return TypicalCut::Undecided;
                 }
             }
             None => s.cand.clear(),
         }
-        if !crate::simd::collect(row, ov, frame, lower.0, lower.1, cap, &mut s.cand2) {
+        if !crate::simd::collect(
+            row,
+            ov,
+            frame,
+            lower.0,
+            lower.1,
+            cap,
+            &mut s.cand2,
+            &mut s.keys,
+        ) {
             return TypicalCut::Undecided;
         }
         let maxd = f64::from(max);
@@ -2036,7 +2055,16 @@ impl Engine {
                 s.cand2.clear();
                 if lo > 0 {
                     let ov = &s.overlay;
-                    crate::simd::collect(adj, ov, frame, 0, lo - 1, usize::MAX, &mut s.cand2);
+                    crate::simd::collect(
+                        adj,
+                        ov,
+                        frame,
+                        0,
+                        lo - 1,
+                        usize::MAX,
+                        &mut s.cand2,
+                        &mut s.keys,
+                    );
                 }
                 let all = s.cand2.iter().chain(&s.cand[..n]);
                 c.reset_sorted(all.map(|&(l, id)| (id_of(id), l)), t);
@@ -2208,7 +2236,16 @@ impl Engine {
                     // Every token of the buckets before `lo`: the last is that of the
                     // last non-empty one.
                     let b = (0..lo).rev().find(|&b| s.hist_count[b] > 0)?;
-                    crate::simd::collect(adj, &s.overlay, frame, b, b, usize::MAX, &mut s.cand2);
+                    crate::simd::collect(
+                        adj,
+                        &s.overlay,
+                        frame,
+                        b,
+                        b,
+                        usize::MAX,
+                        &mut s.cand2,
+                        &mut s.keys,
+                    );
                     *s.cand2.last()?
                 };
                 let f = Frame::new(frame.max, t);
@@ -2223,7 +2260,16 @@ impl Engine {
                     &mut s.hist_mass,
                     None,
                 );
-                crate::simd::collect(adj, &s.overlay, f, k, k, usize::MAX, &mut s.cand);
+                crate::simd::collect(
+                    adj,
+                    &s.overlay,
+                    f,
+                    k,
+                    k,
+                    usize::MAX,
+                    &mut s.cand,
+                    &mut s.keys,
+                );
                 let end = s
                     .cand
                     .partition_point(|c| select::order(c, &last) != std::cmp::Ordering::Greater);
@@ -2287,6 +2333,7 @@ impl Engine {
                         lo - 1,
                         usize::MAX,
                         &mut s.cand2,
+                        &mut s.keys,
                     );
                     fill_weights(&s.cand2, frame.max, t, &mut s.weight2);
                     out.extend(
@@ -2469,7 +2516,7 @@ impl Engine {
                 let margin_ok =
                     (f64::from(floor) - f64::from(max)) / f64::from(t) < lm - 1.0 / 32.0;
                 s.cand.retain(|&(l, _)| l > floor);
-                s.cand.sort_unstable_by(select::order);
+                crate::order::sort(&mut s.cand, &mut s.keys);
                 let m = above_ln(&s.cand, max, t, lm);
                 let n = m.max(keep);
                 // (Every token above `floor` is here, in order, so these are also the
@@ -2621,7 +2668,7 @@ impl Engine {
             // read as marks and a masked copy then take the same exact cut, not one
             // the buckets' masses and the other the sorted sum.)
             let hi = (key_thr + 1).min(LAST);
-            if crate::simd::collect(adj, ov, f, 0, hi, MIN_P_DIRECT, &mut s.cand) {
+            if crate::simd::collect(adj, ov, f, 0, hi, MIN_P_DIRECT, &mut s.cand, &mut s.keys) {
                 let m = above_ln(&s.cand, max, t, ln_min.unwrap_or(f64::NEG_INFINITY));
                 // (The tokens of buckets 0..=hi are the top ones, in order, so they
                 // also hold the `keep` best when there are that many.)
@@ -2711,7 +2758,7 @@ impl Engine {
         let hi = b_k.max(b_p.min(b_m_hi));
         let err_before = err_of(0..lo);
         let err_total = if top_p < 1.0 { err_of(0..BUCKETS) } else { 0.0 };
-        crate::simd::collect(adj, ov, f, lo, hi, usize::MAX, &mut s.cand);
+        crate::simd::collect(adj, ov, f, lo, hi, usize::MAX, &mut s.cand, &mut s.keys);
         fill_weights(&s.cand, max, t, &mut s.weight);
         let before: usize = s.hist_count[..lo].iter().map(|&c| c as usize).sum();
         let cum_before: f64 = s.hist_mass[..lo].iter().sum();
@@ -3629,7 +3676,7 @@ fn sort_flat(s: &mut Scratch) {
     s.cand.clear();
     s.cand
         .extend(s.flat.iter().copied().zip(s.flat_ids.iter().copied()));
-    s.cand.sort_unstable_by(select::order);
+    crate::order::sort(&mut s.cand, &mut s.keys);
 }
 
 /// `Survivors::Flat` as the prefix of `scratch.cand` it stands for, with the `f64`
@@ -3745,7 +3792,7 @@ fn draw_flat(
             .filter(|&(&l, _)| l > lo && l <= hi)
             .map(|(&l, &i)| (l, ids[i as usize])),
     );
-    s.cand2.sort_unstable_by(select::order);
+    crate::order::sort(&mut s.cand2, &mut s.keys);
     fill_weights(&s.cand2, f.max, t, &mut s.weight2);
     let mut c = m_hi;
     for (i, &x) in s.weight2.iter().enumerate() {
@@ -3814,7 +3861,16 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         }
         last = Some(b);
         if cum + m > target || w.margin.is_some_and(|e| cum + m + e > target) {
-            crate::simd::collect(adj, &s.overlay, f, b, b, usize::MAX, &mut s.cand2);
+            crate::simd::collect(
+                adj,
+                &s.overlay,
+                f,
+                b,
+                b,
+                usize::MAX,
+                &mut s.cand2,
+                &mut s.keys,
+            );
             fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
             let mut c = cum;
             for (i, &x) in s.weight2.iter().enumerate() {
@@ -3850,7 +3906,16 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         return Some((s.cand[i].1, s.weight[i]));
     }
     let b = last.unwrap_or(0);
-    crate::simd::collect(adj, &s.overlay, f, b, b, usize::MAX, &mut s.cand2);
+    crate::simd::collect(
+        adj,
+        &s.overlay,
+        f,
+        b,
+        b,
+        usize::MAX,
+        &mut s.cand2,
+        &mut s.keys,
+    );
     fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
     let i = s.weight2.iter().rposition(|&x| x > 0.0).unwrap_or(0);
     Some(match s.cand2.get(i) {
@@ -3873,7 +3938,16 @@ fn exact_hist<U: Logit>(
 ) -> (TokenId, f64) {
     s.cand2.clear();
     if lo > 0 {
-        crate::simd::collect(adj, &s.overlay, f, 0, lo - 1, usize::MAX, &mut s.cand2);
+        crate::simd::collect(
+            adj,
+            &s.overlay,
+            f,
+            0,
+            lo - 1,
+            usize::MAX,
+            &mut s.cand2,
+            &mut s.keys,
+        );
     }
     fill_weights(&s.cand2, f.max, t, &mut s.weight2);
     let (head, tail) = (&s.weight2[..], &s.weight[..n]);

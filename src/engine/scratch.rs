@@ -46,7 +46,9 @@ pub(crate) struct Scratch {
     /// (`hist_second` is that temperature; see `Engine::reframe`).
     pub(crate) hist_mass2: Vec<f64>,
     pub(crate) hist_second: Option<f32>,
-    /// Packed candidate keys for the buffered top-k selection.
+    /// Packed candidate keys ([`pack`](crate::order::pack)): the buffered top-k
+    /// selection's, and those through which a candidate set is sorted
+    /// ([`order::sort`](crate::order::sort)). Dead between those uses.
     pub(crate) keys: Vec<u64>,
     /// The entries that selection samples (one per block) for its starting threshold.
     pub(crate) seeds: Vec<f32>,
@@ -85,8 +87,9 @@ impl Scratch {
             hist_mass: vec![0.0; crate::histogram::SLOTS],
             hist_mass2: vec![0.0; 2 * crate::histogram::SLOTS],
             hist_second: None,
-            // (The selection's keys are distinct tokens, unmarked entries or patches: at
-            // most the vocabulary, so no step grows them, whatever its `k`.)
+            // (The selection's keys, and a sorted set's, are distinct tokens, unmarked
+            // entries or patches: at most the vocabulary, so no step grows them, whatever
+            // its `k`.)
             keys: with_capacity(vocab_size)?,
             rest: with_capacity(vocab_size)?,
         };

@@ -23,7 +23,6 @@ use crate::adjust::{is_marked, lane_marks_if, load, Overlay, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{exp_neg, exp_neg_f32, F32_ABS_ERROR, F32_REL_ERROR};
 use crate::mask::BITS;
-use crate::order::order;
 use crate::TokenId;
 
 /// Number of buckets.
@@ -689,10 +688,11 @@ fn block_beyond<T: Logit>(block: &[T], f: Frame, lim: u32) -> bool {
 }
 
 /// Writes the tokens of buckets `lo..=hi` of the adjusted row into `out`, sorted by
-/// [`order`]. Two comparisons per entry with the bounds of [`Frame::interval`] leave
+/// [`order`](crate::order::order). Two comparisons per entry with the bounds of [`Frame::interval`] leave
 /// only the entries near those buckets for the key. Gives up, returning false, once more
 /// than about `cap` tokens were found (`out` is then incomplete and unsorted).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn collect<T: Logit>(
     row: &[T],
     overlay: &Overlay,
@@ -701,6 +701,7 @@ pub(crate) fn collect<T: Logit>(
     hi: usize,
     cap: usize,
     out: &mut Vec<(f32, TokenId)>,
+    keys: &mut Vec<u64>,
 ) -> bool {
     out.clear();
     let full = match overlay.marked() {
@@ -708,25 +709,27 @@ pub(crate) fn collect<T: Logit>(
         Some(marks) => gather::<T, true>(row, marks, f, lo, hi, cap, out),
     };
     if full {
-        finish_collect(overlay, f, (lo, hi), out);
+        finish_collect(overlay, f, (lo, hi), out, keys);
     }
     full
 }
 
 /// The end of [`collect`], once the row's unmarked tokens of buckets `lo..=hi` are in
-/// `out`: adds the patches of those buckets and sorts `out` by [`order`].
+/// `out`: adds the patches of those buckets and sorts `out` by [`order`](crate::order::order)
+/// ([`order::sort`](crate::order::sort), through `keys`).
 pub(crate) fn finish_collect(
     overlay: &Overlay,
     f: Frame,
     (lo, hi): (usize, usize),
     out: &mut Vec<(f32, TokenId)>,
+    keys: &mut Vec<u64>,
 ) {
     for &(id, l) in &overlay.patch {
         if (lo..=hi).contains(&(key(l, f) as usize)) {
             out.push((l, id));
         }
     }
-    out.sort_unstable_by(order);
+    crate::order::sort(out, keys);
 }
 
 /// The pass of [`collect`]: the unmarked tokens of buckets `lo..=hi`, unsorted; false
@@ -1032,7 +1035,8 @@ mod tests {
                     lo,
                     hi,
                     usize::MAX,
-                    &mut got
+                    &mut got,
+                    &mut Vec::new()
                 ));
                 let mut ids: Vec<usize> = got.iter().map(|&(_, id)| id as usize).collect();
                 ids.sort_unstable();

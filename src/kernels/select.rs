@@ -3,6 +3,7 @@
 //! ([`order`], defined in [`crate::order`] and re-exported here).
 
 pub(crate) use crate::order::order;
+use crate::order::{pack, unpack};
 use crate::scan::GROUP;
 use crate::TokenId;
 
@@ -301,32 +302,6 @@ pub(crate) fn append_rest(rest: &mut Vec<u64>, out: &mut Vec<(f32, TokenId)>) {
 
 /// How many times `k` entries [`select_buffered`] holds before it cuts back to `k`.
 const BUFFERED: usize = 4;
-
-/// A candidate as one integer that sorts like [`order`] reversed: the logit's bits made
-/// monotone (after `+ 0.0`, so that `-0.0` ties with `0.0`) above the complement of the
-/// id, so a larger key is a larger logit or, on a tie, a lower id. Not for NaN.
-#[inline(always)]
-fn pack(l: f32, id: TokenId) -> u64 {
-    let bits = (l + 0.0).to_bits();
-    let mono = if bits >> 31 == 1 {
-        !bits
-    } else {
-        bits | 1 << 31
-    };
-    u64::from(mono) << 32 | u64::from(!id)
-}
-
-/// The candidate [`pack`] encoded.
-#[inline(always)]
-fn unpack(key: u64) -> (f32, TokenId) {
-    let mono = (key >> 32) as u32;
-    let bits = if mono >> 31 == 1 {
-        mono & !(1 << 31)
-    } else {
-        !mono
-    };
-    (f32::from_bits(bits), !(key as u32))
-}
 
 /// Cuts the unsorted `keys` (more than `k`) to their `k` largest and returns the logit
 /// of the k-th: a later entry must beat it strictly, since it has a higher id and loses

@@ -234,9 +234,10 @@ pub(crate) fn collect<T: Logit>(
     hi: usize,
     cap: usize,
     out: &mut Vec<(f32, TokenId)>,
+    keys: &mut Vec<u64>,
 ) -> bool {
     if lo != 0 {
-        return collect_window(row, overlay, f, lo, hi, cap, out);
+        return collect_window(row, overlay, f, lo, hi, cap, out, keys);
     }
     out.clear();
     let (a, _) = f.interval(lo, hi);
@@ -263,7 +264,7 @@ pub(crate) fn collect<T: Logit>(
             out.push((l, i as TokenId));
         }
     }
-    histogram::finish_collect(overlay, f, (lo, hi), out);
+    histogram::finish_collect(overlay, f, (lo, hi), out, keys);
     true
 }
 
@@ -271,7 +272,7 @@ dispatch!(
     /// [`histogram::collect`], on the widest vectors the CPU has.
     collect_window, collect_window_avx2, collect_window_avx512, histogram::collect,
     fn<T>(row: &[T], overlay: &Overlay, f: Frame, lo: usize, hi: usize, cap: usize,
-          out: &mut Vec<(f32, TokenId)>) -> bool
+          out: &mut Vec<(f32, TokenId)>, keys: &mut Vec<u64>) -> bool
 );
 
 dispatch!(
@@ -756,14 +757,32 @@ mod tests {
                     for hi in [0, 3, 64, 700, histogram::LAST] {
                         for cap in [0, 40, 4096, usize::MAX] {
                             let (mut a, mut b) = (vec![(9.0, 9)], Vec::new());
-                            let ra = collect(&row, &ov, f, 0, hi, cap, &mut a);
-                            let rb = histogram::collect(&row, &ov, f, 0, hi, cap, &mut b);
+                            let ra = collect(&row, &ov, f, 0, hi, cap, &mut a, &mut Vec::new());
+                            let rb = histogram::collect(
+                                &row,
+                                &ov,
+                                f,
+                                0,
+                                hi,
+                                cap,
+                                &mut b,
+                                &mut Vec::new(),
+                            );
                             assert_eq!(ra, rb, "n {n}, hi {hi}, cap {cap}");
                             if ra {
                                 assert_eq!(a, b, "n {n}, hi {hi}, cap {cap}");
                             }
-                            let ra = collect(&halves, &ov, f, 0, hi, cap, &mut a);
-                            let rb = histogram::collect(&halves, &ov, f, 0, hi, cap, &mut b);
+                            let ra = collect(&halves, &ov, f, 0, hi, cap, &mut a, &mut Vec::new());
+                            let rb = histogram::collect(
+                                &halves,
+                                &ov,
+                                f,
+                                0,
+                                hi,
+                                cap,
+                                &mut b,
+                                &mut Vec::new(),
+                            );
                             assert_eq!(ra, rb, "f16: n {n}, hi {hi}, cap {cap}");
                             if ra {
                                 assert_eq!(a, b, "f16: n {n}, hi {hi}, cap {cap}");
@@ -932,7 +951,7 @@ mod tests {
                     assert_eq!(c1, e1);
                     assert_eq!(bits(&m1), bits(&n1));
                     let mut o1 = Vec::new();
-                    histogram::collect(&row, ov, f, 3, limit, usize::MAX, &mut o1);
+                    histogram::collect(&row, ov, f, 3, limit, usize::MAX, &mut o1, &mut Vec::new());
                     let wide = [(Level::Avx2, avx2), (Level::Avx512, avx512)];
                     for (level, _) in wide.into_iter().filter(|&(_, on)| on) {
                         let (mut c2, mut m2) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
@@ -943,10 +962,28 @@ mod tests {
                         unsafe {
                             if level == Level::Avx512 {
                                 build_avx512(&row, ov, f, limit, precise, &mut c2, &mut m2, second);
-                                collect_window_avx512(&row, ov, f, 3, limit, usize::MAX, &mut o2);
+                                collect_window_avx512(
+                                    &row,
+                                    ov,
+                                    f,
+                                    3,
+                                    limit,
+                                    usize::MAX,
+                                    &mut o2,
+                                    &mut Vec::new(),
+                                );
                             } else {
                                 build_avx2(&row, ov, f, limit, precise, &mut c2, &mut m2, second);
-                                collect_window_avx2(&row, ov, f, 3, limit, usize::MAX, &mut o2);
+                                collect_window_avx2(
+                                    &row,
+                                    ov,
+                                    f,
+                                    3,
+                                    limit,
+                                    usize::MAX,
+                                    &mut o2,
+                                    &mut Vec::new(),
+                                );
                             }
                         }
                         assert_eq!(c1, c2);
