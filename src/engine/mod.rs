@@ -2236,16 +2236,7 @@ impl Engine {
                     // Every token of the buckets before `lo`: the last is that of the
                     // last non-empty one.
                     let b = (0..lo).rev().find(|&b| s.hist_count[b] > 0)?;
-                    crate::simd::collect(
-                        adj,
-                        &s.overlay,
-                        frame,
-                        b,
-                        b,
-                        usize::MAX,
-                        &mut s.cand2,
-                        &mut s.keys,
-                    );
+                    collect_bucket(s, adj, frame, b);
                     *s.cand2.last()?
                 };
                 let f = Frame::new(frame.max, t);
@@ -3830,6 +3821,21 @@ fn mass_above_in(s: &Scratch, base: Option<(f64, usize)>, xs: [f32; 2]) -> [(f64
     }
 }
 
+/// The tokens of bucket `b` of `adj` (under `scratch.overlay`) in frame `f`, in draw
+/// order, into `scratch.cand2`.
+fn collect_bucket<U: Logit>(s: &mut Scratch, adj: &[U], f: Frame, b: usize) {
+    crate::simd::collect(
+        adj,
+        &s.overlay,
+        f,
+        b,
+        b,
+        usize::MAX,
+        &mut s.cand2,
+        &mut s.keys,
+    );
+}
+
 /// One draw over `Survivors::Hist`.
 struct Walk {
     frame: Frame,
@@ -3861,16 +3867,7 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         }
         last = Some(b);
         if cum + m > target || w.margin.is_some_and(|e| cum + m + e > target) {
-            crate::simd::collect(
-                adj,
-                &s.overlay,
-                f,
-                b,
-                b,
-                usize::MAX,
-                &mut s.cand2,
-                &mut s.keys,
-            );
+            collect_bucket(s, adj, f, b);
             fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
             let mut c = cum;
             for (i, &x) in s.weight2.iter().enumerate() {
@@ -3906,16 +3903,7 @@ fn draw_hist<U: Logit>(s: &mut Scratch, adj: &[U], w: Walk) -> Option<(TokenId, 
         return Some((s.cand[i].1, s.weight[i]));
     }
     let b = last.unwrap_or(0);
-    crate::simd::collect(
-        adj,
-        &s.overlay,
-        f,
-        b,
-        b,
-        usize::MAX,
-        &mut s.cand2,
-        &mut s.keys,
-    );
+    collect_bucket(s, adj, f, b);
     fill_weights(&s.cand2, f.max, w.t, &mut s.weight2);
     let i = s.weight2.iter().rposition(|&x| x > 0.0).unwrap_or(0);
     Some(match s.cand2.get(i) {

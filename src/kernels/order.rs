@@ -57,23 +57,43 @@ pub(crate) fn sort(v: &mut [(f32, TokenId)], keys: &mut Vec<u64>) {
 mod tests {
     use super::*;
 
+    /// Logits at the edges of the order: infinities, extremes, both zeros, subnormals.
+    const SPECIAL: [f32; 11] = [
+        f32::INFINITY,
+        f32::MAX,
+        1.0,
+        f32::MIN_POSITIVE,
+        1e-45,
+        0.0,
+        -0.0,
+        -1e-45,
+        -2.0,
+        f32::MIN,
+        f32::NEG_INFINITY,
+    ];
+
+    #[test]
+    fn packed_keys_sort_like_the_candidate_order() {
+        let mut cands: Vec<(f32, TokenId)> = Vec::new();
+        for (i, &v) in SPECIAL.iter().enumerate() {
+            for id in [0, 7, u32::MAX - 1] {
+                cands.push((v, id ^ i as u32));
+            }
+        }
+        for a in &cands {
+            assert_eq!(unpack(pack(a.0, a.1)).1, a.1);
+            assert_eq!(unpack(pack(a.0, a.1)).0, a.0 + 0.0);
+            for b in &cands {
+                let by_key = pack(b.0, b.1).cmp(&pack(a.0, a.1));
+                assert_eq!(by_key, order(a, b), "{a:?} {b:?}");
+            }
+        }
+    }
+
     /// The packed sort gives the comparator's order, on sets with ties, both zeros,
     /// infinities, extremes and NaNs, of every size up to a few thousand.
     #[test]
     fn the_packed_sort_is_the_candidate_order() {
-        let special = [
-            f32::INFINITY,
-            f32::MAX,
-            1.0,
-            f32::MIN_POSITIVE,
-            1e-45,
-            0.0,
-            -0.0,
-            -1e-45,
-            -2.0,
-            f32::MIN,
-            f32::NEG_INFINITY,
-        ];
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut keys = Vec::new();
         for n in [0usize, 1, 2, 3, 17, 64, 65, 1_000, 4_099] {
@@ -83,7 +103,7 @@ mod tests {
                     x ^= x >> 7;
                     x ^= x << 17;
                     let l = match x % 4 {
-                        0 => special[(x >> 8) as usize % special.len()],
+                        0 => SPECIAL[(x >> 8) as usize % SPECIAL.len()],
                         // (Few distinct values: many ties.)
                         1 => ((x >> 8) % 5) as f32 - 2.0,
                         _ => f32::from_bits((x >> 16) as u32 & 0x7fff_ffff | (x as u32) << 31)

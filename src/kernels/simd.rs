@@ -750,6 +750,7 @@ mod tests {
             let mut marked = Overlay::new(n);
             marked.ban_marks(&allowed);
             let halves: Vec<f16> = row.iter().map(|&l| f16::from_f32(l)).collect();
+            let mut k = Vec::new();
             for ov in [Overlay::new(n), marked, patched, both] {
                 let top = ov.patch.iter().fold(max, |m, p| m.max(p.1));
                 for t in [1.0f32, 0.6] {
@@ -757,32 +758,15 @@ mod tests {
                     for hi in [0, 3, 64, 700, histogram::LAST] {
                         for cap in [0, 40, 4096, usize::MAX] {
                             let (mut a, mut b) = (vec![(9.0, 9)], Vec::new());
-                            let ra = collect(&row, &ov, f, 0, hi, cap, &mut a, &mut Vec::new());
-                            let rb = histogram::collect(
-                                &row,
-                                &ov,
-                                f,
-                                0,
-                                hi,
-                                cap,
-                                &mut b,
-                                &mut Vec::new(),
-                            );
+                            let ra = collect(&row, &ov, f, 0, hi, cap, &mut a, &mut k);
+                            let rb = histogram::collect(&row, &ov, f, 0, hi, cap, &mut b, &mut k);
                             assert_eq!(ra, rb, "n {n}, hi {hi}, cap {cap}");
                             if ra {
                                 assert_eq!(a, b, "n {n}, hi {hi}, cap {cap}");
                             }
-                            let ra = collect(&halves, &ov, f, 0, hi, cap, &mut a, &mut Vec::new());
-                            let rb = histogram::collect(
-                                &halves,
-                                &ov,
-                                f,
-                                0,
-                                hi,
-                                cap,
-                                &mut b,
-                                &mut Vec::new(),
-                            );
+                            let ra = collect(&halves, &ov, f, 0, hi, cap, &mut a, &mut k);
+                            let rb =
+                                histogram::collect(&halves, &ov, f, 0, hi, cap, &mut b, &mut k);
                             assert_eq!(ra, rb, "f16: n {n}, hi {hi}, cap {cap}");
                             if ra {
                                 assert_eq!(a, b, "f16: n {n}, hi {hi}, cap {cap}");
@@ -950,8 +934,8 @@ mod tests {
                     // The second masses leave the first pass's counts and masses as they were.
                     assert_eq!(c1, e1);
                     assert_eq!(bits(&m1), bits(&n1));
-                    let mut o1 = Vec::new();
-                    histogram::collect(&row, ov, f, 3, limit, usize::MAX, &mut o1, &mut Vec::new());
+                    let (mut o1, k, max) = (Vec::new(), &mut Vec::new(), usize::MAX);
+                    histogram::collect(&row, ov, f, 3, limit, max, &mut o1, k);
                     let wide = [(Level::Avx2, avx2), (Level::Avx512, avx512)];
                     for (level, _) in wide.into_iter().filter(|&(_, on)| on) {
                         let (mut c2, mut m2) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
@@ -962,28 +946,10 @@ mod tests {
                         unsafe {
                             if level == Level::Avx512 {
                                 build_avx512(&row, ov, f, limit, precise, &mut c2, &mut m2, second);
-                                collect_window_avx512(
-                                    &row,
-                                    ov,
-                                    f,
-                                    3,
-                                    limit,
-                                    usize::MAX,
-                                    &mut o2,
-                                    &mut Vec::new(),
-                                );
+                                collect_window_avx512(&row, ov, f, 3, limit, max, &mut o2, k);
                             } else {
                                 build_avx2(&row, ov, f, limit, precise, &mut c2, &mut m2, second);
-                                collect_window_avx2(
-                                    &row,
-                                    ov,
-                                    f,
-                                    3,
-                                    limit,
-                                    usize::MAX,
-                                    &mut o2,
-                                    &mut Vec::new(),
-                                );
+                                collect_window_avx2(&row, ov, f, 3, limit, max, &mut o2, k);
                             }
                         }
                         assert_eq!(c1, c2);
