@@ -1,10 +1,12 @@
 //! Min-p on flat rows: thousands of survivors (beyond the 4,096 the one-pass selection
 //! sorts), which the Sampler and a chain's first cut group take by the exact threshold
-//! on the logit and draw from without sorting them. Against `logits::reference`: the
+//! on the logit and draw from without sorting them; and min-p 0, a draw from every
+//! finite token of a flat row, which takes the same path. Against `logits::reference`: the
 //! kept set and its probabilities, and the token for uniforms on and next to the
 //! cumulative boundaries, over `f32`/`f16`/`bf16` rows, with a mask (read as marks, or
 //! as a compact row), a logit bias, a presence penalty, `min_tokens_to_keep` and a
-//! temperature other than 1, in the Sampler's order and as a chain `min-p -> T`.
+//! temperature other than 1, in the Sampler's order and as a chain `min-p -> T` (`T`
+//! alone for min-p 0).
 
 use logits::half::{bf16, f16};
 use logits::reference::{self, Candidate, Step};
@@ -23,6 +25,7 @@ struct Case {
     n: usize,
     /// Spread of the row: N(0, scale).
     scale: f64,
+    /// 0 for none: the draw takes the whole row.
     min_p: f32,
     t: f32,
     min_keep: usize,
@@ -40,7 +43,7 @@ fn cases() -> impl Strategy<Value = Case> {
         any::<u64>(),
         prop::sample::select(vec![6_007usize, 12_000, 20_011]),
         prop::sample::select(vec![0.25f64, 0.5, 1.0]),
-        prop::sample::select(vec![0.01f32, 0.05, 0.2]),
+        prop::sample::select(vec![0.0f32, 0.01, 0.05, 0.2]),
         prop::sample::select(vec![0.7f32, 1.0, 1.3]),
         prop::sample::select(vec![1usize, 2, 5_000]),
         0u8..3,
@@ -179,21 +182,26 @@ fn check<T: Logit>(case: &Case, row: &[T], exact: &[f32]) -> Result<(), TestCase
         );
     }
 
-    // The chain: min-p at temperature 1, then the temperature, folded into the draw.
-    // (Without the bias and penalties, which a chain takes as stages of its own.)
-    let steps = [
-        Step::MinP {
-            p: case.min_p,
-            min_keep: case.min_keep,
-        },
-        Step::Temperature(case.t),
-    ];
+    // The chain: min-p at temperature 1, then the temperature, folded into the draw
+    // (the temperature alone for min-p 0). (Without the bias and penalties, which a
+    // chain takes as stages of its own.)
+    let mut steps = vec![Step::Temperature(case.t)];
+    let mut ch = Chain::builder(n);
+    if case.min_p > 0.0 {
+        steps.insert(
+            0,
+            Step::MinP {
+                p: case.min_p,
+                min_keep: case.min_keep,
+            },
+        );
+        ch = ch.stage(MinP::new(case.min_p).unwrap().min_keep(case.min_keep));
+    }
     let none = History::new(&[], 0);
     let c = reference::chain_candidates(exact, n, &none, mask, &steps)
         .unwrap()
         .scaled();
-    let mut ch = Chain::builder(n)
-        .stage(MinP::new(case.min_p).unwrap().min_keep(case.min_keep))
+    let mut ch = ch
         .stage(Temperature::new(case.t).unwrap())
         .draw()
         .build()
@@ -238,6 +246,26 @@ fn a_full_flat_row_agrees_with_reference() {
         n: 151_936,
         scale: 1.0,
         min_p: 0.05,
+        t: 0.8,
+        min_keep: 1,
+        mask: 0,
+        bias: false,
+        penalty: false,
+        elem: 0,
+    };
+    let row = case.row();
+    check(&case, &row, &row).unwrap();
+}
+
+/// The same row drawn whole at T 0.8 (the bench's `chain_temp_0.8`): every finite token
+/// survives, Sampler and chain.
+#[test]
+fn a_full_flat_row_drawn_whole_agrees_with_reference() {
+    let case = Case {
+        seed: 151_936,
+        n: 151_936,
+        scale: 1.0,
+        min_p: 0.0,
         t: 0.8,
         min_keep: 1,
         mask: 0,

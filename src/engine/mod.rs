@@ -178,9 +178,10 @@ enum Survivors {
         /// Bound on the error of the buckets' cumulative masses (0 when precise).
         err: f64,
     },
-    /// Min-p's survivors on a flat row (more than [`MIN_P_NEAR`]): every token of
-    /// `scratch.flat` / `scratch.flat_ids` (`n`, in id order, never sorted whole), all at
-    /// or above the logit `floor`, with their fast weights `scratch.flat_w` at
+    /// Min-p's survivors on a flat row (more than [`MIN_P_NEAR`]), or every finite token
+    /// of a flat row that a draw takes whole: every token of `scratch.flat` /
+    /// `scratch.flat_ids` (`n`, in id order, never sorted whole), the least at the logit
+    /// `floor`, with their fast weights `scratch.flat_w` at
     /// temperature `t` in frame `frame`, which sum to `total`; `err` bounds the error of
     /// the sum of any of them.
     Flat {
@@ -2188,15 +2189,10 @@ impl Engine {
                 let total = s.weight.iter().sum();
                 Some(Survivors::Prefix { n, total })
             }
-            Survivors::Flat {
-                frame,
-                t: at,
-                floor,
-                ..
-            } => Some(if at == t {
+            Survivors::Flat { frame, t: at, .. } => Some(if at == t {
                 survivors
             } else {
-                weigh_flat(s, frame.max, t, floor)
+                weigh_flat(s, frame.max, t)
             }),
             Survivors::Hist { lo, n, frame, .. }
                 if s.hist_second == Some(t) && lo <= histogram::LAST =>
@@ -2532,13 +2528,19 @@ impl Engine {
         // `NUCLEUS_MAX`.
         let mut known_max = None;
         // A draw from the whole row: decided among its best tokens when the target lies
-        // there (a peaked row); otherwise the histogram below, from their maximum. (At a
-        // temperature the `f32` weights do not hold, the histogram's own paths.)
+        // there (a peaked row); otherwise by a search over the fast weights of every
+        // finite token. (At a temperature the `f32` weights do not hold, the histogram's
+        // own paths.)
         let whole_row = top_p >= 1.0 && histogram::f32_weights_hold(t_draw);
         if let (Some(u), true, None, false) = (draw_u, whole_row, ln_min, precise) {
             match draw_from_best(s, adj, t_draw, u)? {
                 BestDraw::Drawn(row) => return Ok(Some(row)),
-                BestDraw::Histogram { max } => known_max = Some(max),
+                BestDraw::Beyond { max } => {
+                    // A flat row: every finite token survives, as min-p 0 keeps them,
+                    // and the draw searches their fast weights (see [`draw_flat`]).
+                    let every = f64::NEG_INFINITY;
+                    return flat_min_p(s, adj, Some(max), (t, t_draw), every, keep).map(Some);
+                }
             }
         }
         if top_p < 1.0 && keep <= NUCLEUS_MAX {
@@ -3482,8 +3484,9 @@ fn mass_below(seeds: &[f32], n: usize, (max, floor): (f32, f32), t: f32) -> Opti
 /// first token whose running weight, in draw order, passes `u` times the row's mass:
 /// it stands when the target keeps clear of both neighbouring running sums by the
 /// bound on the mass, the `f64` roundings of the sums and the product, and the
-/// weights' own rounding (as the histogram's draw counts them). Left to the histogram
-/// when the target lies beyond those tokens or within that margin, and without the
+/// weights' own rounding (as the histogram's draw counts them). Left to a search over
+/// every finite token ([`flat_min_p`] with no threshold, then [`draw_flat`]) when the
+/// target lies beyond those tokens or within that margin, and without the
 /// mass pass when the selection's sample of the row shows the target beyond them (a
 /// flat row; see [`mass_below`]).
 fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Result<BestDraw, Error> {
@@ -3503,7 +3506,7 @@ fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Resul
         // most likely be wasted.
         let c: f64 = s.weight.iter().sum();
         if c < u * (c + rest) {
-            return Ok(BestDraw::Histogram { max });
+            return Ok(BestDraw::Beyond { max });
         }
     }
     let (z, err) = mass_with_candidates(s, adj, max, t, floor);
@@ -3519,7 +3522,7 @@ fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Resul
             max,
             t,
         }),
-        nucleus::Crossing::Short | nucleus::Crossing::Undecided => BestDraw::Histogram { max },
+        nucleus::Crossing::Short | nucleus::Crossing::Undecided => BestDraw::Beyond { max },
     })
 }
 
@@ -3554,9 +3557,9 @@ fn mass_with_candidates<U: Logit>(
 enum BestDraw {
     /// The draw, decided.
     Drawn(Survivors),
-    /// Left to the histogram; `max` is the adjusted row's maximum (the selection checked
-    /// the row and the patches).
-    Histogram { max: f32 },
+    /// Left to the search over every finite token; `max` is the adjusted row's maximum
+    /// (the selection checked the row and the patches).
+    Beyond { max: f32 },
 }
 
 /// How many of the leading candidates `cand` (in [`select::order`]) min-p keeps: those
@@ -3568,15 +3571,18 @@ fn above_ln(cand: &[(f32, TokenId)], max: f32, t: f32, ln_min: f64) -> usize {
         .count()
 }
 
-/// Min-p alone (its threshold `ln(min_p)`, or a first stage's floor, `lm`) for the fast
-/// draw, at the cut's temperature `t` and the draw's `t_draw`: the adjusted row's
-/// maximum (`known_max`, when a pass over the checked row found it), the exact threshold on the logit ([`flat::threshold`]), and one vectorised
-/// pass that collects every unmarked token above it, then the patches above it, in id
-/// order. Those are min-p's survivors exactly, the set [`above_ln`] keeps.
+/// Min-p alone (its threshold `ln(min_p)`, or a first stage's floor, `lm`; `-inf` for
+/// a draw from the whole row, which keeps every finite token) for the fast draw, at the
+/// cut's temperature `t` and the draw's `t_draw`: the adjusted row's maximum
+/// (`known_max`, when a pass over the checked row found it), the exact threshold on the
+/// logit ([`flat::threshold`]), and one vectorised pass that collects every unmarked
+/// token above it, then the patches above it, in id order. Those are min-p's survivors
+/// exactly, the set [`above_ln`] keeps.
 ///
 /// At most [`MIN_P_NEAR`] of them (or fewer than `keep`): sorted, a prefix, as the
-/// one-pass path gives. More: `Survivors::Flat`, the histogram of their fast weights at
-/// `t_draw`, so that the draw sorts the tokens of one bucket only.
+/// one-pass path gives. More: `Survivors::Flat`, their fast weights at `t_draw`, which
+/// the draw searches on the logit, sorting only the window it narrows to
+/// ([`draw_flat`]).
 fn flat_min_p<U: Logit>(
     s: &mut Scratch,
     adj: &[U],
@@ -3630,17 +3636,17 @@ fn flat_min_p<U: Logit>(
         let total = s.weight.iter().sum();
         return Ok(Survivors::Prefix { n: m, total });
     }
-    Ok(weigh_flat(s, max, t_draw, thr))
+    Ok(weigh_flat(s, max, t_draw))
 }
 
-/// `Survivors::Flat` over `scratch.flat` at temperature `t`: the fast weights of those
-/// entries, every one at or above `floor`, and their total.
-fn weigh_flat(s: &mut Scratch, max: f32, t: f32, floor: f32) -> Survivors {
+/// `Survivors::Flat` over `scratch.flat` (not empty) at temperature `t`: the fast
+/// weights of those entries, their total, and the least of them as the floor.
+fn weigh_flat(s: &mut Scratch, max: f32, t: f32) -> Survivors {
     let f = Frame::new(max, t);
     let n = s.flat.len();
     s.flat_w.clear();
     s.flat_w.resize(n, 0.0);
-    let total = crate::simd::weigh(&s.flat, f, &mut s.flat_w);
+    let (total, floor) = crate::simd::weigh(&s.flat, f, &mut s.flat_w);
     // Each weight is within the bound of the histogram's bucket of `floor`, the last
     // one any survivor's key reaches (the key is monotone), or, for the buckets of
     // weights below `e^-63`, of the last bucket; the total's `f32` sums round by at
@@ -4361,7 +4367,7 @@ mod tests {
             // (The best tokens of the flat row hold 0.7% of its mass.)
             let flat_draw = draw_from_best(&mut s, &flat[..], 1.0, u);
             assert_eq!(
-                matches!(flat_draw, Ok(BestDraw::Histogram { .. })),
+                matches!(flat_draw, Ok(BestDraw::Beyond { .. })),
                 u > 0.01,
                 "{u}: {flat_draw:?}"
             );

@@ -6,7 +6,11 @@
 //! turns it into the smallest `f32` logit that passes, so the set is one comparison per
 //! entry, [`compress_portable`] (run through [`simd::compress`](crate::simd::compress),
 //! which on AVX-512 compresses whole vectors of entries without a branch). The draw then
-//! works on those few entries instead of the row.
+//! works on those few entries instead of the row. A draw from the whole of a flat row
+//! takes the same path with no threshold: every finite entry survives.
+//!
+//! The draw over them ([`weigh`], [`mass_above`], [`MassSlope`]) searches the logit for
+//! the window that holds its target, and sorts that window alone.
 
 use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
@@ -146,7 +150,7 @@ pub(crate) fn max_sum<T: Logit>(part: &[T], sum: &mut [f32; LANES]) -> f32 {
 }
 
 /// Writes into `out[i]` the fast weight ([`fast_weight`]) of `vals[i]` in frame `f`, and
-/// returns their sum: each lane sums the four weights it takes from a block of
+/// returns their sum and the least of `vals` (`+inf` when empty): each lane sums the four weights it takes from a block of
 /// [`BLOCK`] entries in `f32`, then adds that to its `f64` sum; the lanes are added at
 /// the end. The `f32` sums of at most four non-negative terms round by at most
 /// [`WEIGH_SUM_ERROR`] of the total; the `f64` ones by `2 n` ulps. `out` is as long as
@@ -158,8 +162,9 @@ pub(crate) fn max_sum<T: Logit>(part: &[T], sum: &mut [f32; LANES]) -> f32 {
 /// Always inlined, so that [`simd::weigh`](crate::simd::weigh) can compile it for wider
 /// vectors.
 #[inline(always)]
-pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> f64 {
+pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> (f64, f32) {
     let mut acc = [0.0f64; LANES];
+    let mut low = [f32::INFINITY; LANES];
     let whole = vals.len() / BLOCK * BLOCK;
     let (body, tail) = out.split_at_mut(whole);
     for (b, ob) in vals[..whole]
@@ -173,6 +178,7 @@ pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> f64 {
                 let w = fast_weight(f, v[j]);
                 o[j] = w;
                 zb[j] += w;
+                low[j] = if v[j] < low[j] { v[j] } else { low[j] };
             }
         }
         for j in 0..LANES {
@@ -180,11 +186,20 @@ pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> f64 {
         }
     }
     for (i, (x, o)) in vals[whole..].iter().zip(tail).enumerate() {
-        let w = fast_weight(f, x.to_f32());
+        let v = x.to_f32();
+        let w = fast_weight(f, v);
         *o = w;
         acc[i % LANES] += f64::from(w);
+        low[i % LANES] = if v < low[i % LANES] {
+            v
+        } else {
+            low[i % LANES]
+        };
     }
-    acc.iter().sum()
+    let least = low
+        .iter()
+        .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
+    (acc.iter().sum(), least)
 }
 
 /// Bound on the relative error that [`weigh`]'s `f32` sums (four non-negative terms
@@ -426,10 +441,24 @@ mod tests {
         let max = vals.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let f = Frame::new(max, 0.8);
         let mut w = vec![0.0f32; vals.len()];
-        let z = crate::simd::weigh(&vals, f, &mut w);
+        let (z, least) = crate::simd::weigh(&vals, f, &mut w);
         let mut w1 = vec![0.0f32; vals.len()];
-        assert_eq!(weigh(&vals, f, &mut w1).to_bits(), z.to_bits());
+        let (z1, least1) = weigh(&vals, f, &mut w1);
+        assert_eq!(z1.to_bits(), z.to_bits());
         assert_eq!(w, w1);
+        let min = vals.iter().copied().fold(f32::INFINITY, f32::min);
+        assert_eq!(
+            (least.to_bits(), least1.to_bits()),
+            (min.to_bits(), min.to_bits())
+        );
+        // (The least may lie in the tail, beyond the whole blocks.)
+        let mut tail_low = vals.clone();
+        *tail_low.last_mut().unwrap() = min - 1.0;
+        assert_eq!(crate::simd::weigh(&tail_low, f, &mut w1).1, min - 1.0);
+        assert_eq!(
+            crate::simd::weigh(&[] as &[f32], f, &mut []).1,
+            f32::INFINITY
+        );
         for (i, &l) in vals.iter().enumerate() {
             assert_eq!(w[i].to_bits(), fast_weight(f, l).to_bits());
         }

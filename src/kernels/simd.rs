@@ -521,7 +521,7 @@ dispatch!(
 dispatch!(
     /// [`flat::weigh`], on the widest vectors the CPU has.
     weigh, weigh_avx2, weigh_avx512, flat::weigh,
-    fn<T>(vals: &[T], f: Frame, out: &mut [f32]) -> f64
+    fn<T>(vals: &[T], f: Frame, out: &mut [f32]) -> (f64, f32)
 );
 
 dispatch!(
