@@ -3732,9 +3732,28 @@ fn draw_flat(
     // The model describes survivors above a threshold, whose count falls as the logit
     // rises. Every token of a row rises from its least before it falls (a bell, not a
     // tail), and the model's first points miss the target by far (on the bench's flat
-    // row, at T 0.8: 0.3% and 0.2% of the mass above them, for a target at 17%): a
-    // whole row starts on the thirds.
-    let mut slow = whole;
+    // row, at T 0.8: 0.3% and 0.2% of the mass above them, for a target at 17%). A
+    // whole row's first points are where the selection's sample of it (`seeds`, one
+    // entry per block) crosses the band around the target's fraction instead, or, for
+    // a row too short to have one, its thirds.
+    let mut first = None;
+    if whole && s.seeds.len() >= 64 {
+        let q = target / total;
+        let band = 0.5 * (FLAT_WINDOW as f64 / s.flat.len() as f64).max(1.0 / 8.0);
+        let fs = [(q + band).min(1.0), (q - band).max(0.0)];
+        s.win_w.clear();
+        s.win_w.resize(s.seeds.len(), 0.0);
+        let (z, _) = crate::simd::weigh(&s.seeds, f, &mut s.win_w);
+        let above = crate::simd::mass_above::<f32>;
+        first = Some(flat::sample_points(
+            &s.seeds,
+            &s.win_w,
+            (lo, hi),
+            (fs, z),
+            above,
+        ));
+    }
+    let mut slow = whole && first.is_none();
     for _ in 0..32 {
         let n = n_lo - n_hi;
         if n <= FLAT_WINDOW {
@@ -3769,7 +3788,7 @@ fn draw_flat(
                 None => (1.0 - fa, 1.0 - fb),
             }
         };
-        let (xa, xb) = (mid(lo, hi, qa), mid(lo, hi, qb));
+        let [xa, xb] = first.take().unwrap_or([mid(lo, hi, qa), mid(lo, hi, qb)]);
         let [(ma, ca), (mb, cb)] = mass_above_in(s, base, [xa, xb]);
         let before = n;
         let mut stop = false;

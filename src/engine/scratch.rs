@@ -34,7 +34,8 @@ pub(crate) struct Scratch {
     /// The fast weights of `flat`, same order.
     pub(crate) flat_w: Vec<f32>,
     /// The entries of `flat` within the draw's window: their logits, their indices
-    /// into `flat` and (once the window is compacted) their fast weights.
+    /// into `flat` and (once the window is compacted) their fast weights. Before that,
+    /// `win_w` holds the fast weights of `seeds` for a whole row's first search points.
     pub(crate) win: Vec<f32>,
     pub(crate) win_at: Vec<TokenId>,
     pub(crate) win_w: Vec<f32>,

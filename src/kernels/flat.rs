@@ -350,6 +350,42 @@ fn d_ln_mean(x: f64) -> f64 {
     }
 }
 
+/// How many times [`sample_points`] halves its interval: to `2^-10` of the window's
+/// logits (a hundredth of a logit on a flat row's window of about ten), finer than the
+/// sample can place a point: its mass fractions are off by about `1 / sqrt(n)` for `n`
+/// entries, a few percent for a row's one entry per block.
+pub(crate) const SAMPLE_HALVINGS: usize = 10;
+
+/// The points of `(lo, hi)` above which the entries of the sample `vals` (weights `w`,
+/// in total `z`) hold the fractions `fs` of its mass: [`SAMPLE_HALVINGS`] halvings of the
+/// interval, both points in each pass of `above` ([`mass_above`], or its dispatched
+/// copy). Each point is within `2^-SAMPLE_HALVINGS` of the interval's width of one whose
+/// mass above is at least `f * z` below it and less above it. A guess of where a row's
+/// mass crosses a fraction, for a search to probe.
+pub(crate) fn sample_points(
+    vals: &[f32],
+    w: &[f32],
+    (lo, hi): (f32, f32),
+    (fs, z): ([f64; 2], f64),
+    above: impl Fn(&[f32], &[f32], [f32; 2]) -> [(f64, usize); 2],
+) -> [f32; 2] {
+    let mid = |a: f32, b: f32| (0.5 * (f64::from(a) + f64::from(b))) as f32;
+    // (The mass above `a[k]` is at least `fs[k] * z`, above `b[k]` less, once moved.)
+    let (mut a, mut b) = ([lo; 2], [hi; 2]);
+    for _ in 0..SAMPLE_HALVINGS {
+        let m = [mid(a[0], b[0]), mid(a[1], b[1])];
+        let got = above(vals, w, m);
+        for k in 0..2 {
+            if got[k].0 >= fs[k] * z {
+                a[k] = m[k];
+            } else {
+                b[k] = m[k];
+            }
+        }
+    }
+    [mid(a[0], b[0]), mid(a[1], b[1])]
+}
+
 /// Inserts `extra` (`(l, id)`, ids ascending, none of them in `ids`) into `vals` and
 /// `ids` (ids ascending), keeping ids ascending: each run of entries moves once, by as
 /// many places as there are extra entries before it.
@@ -475,6 +511,38 @@ mod tests {
                 assert_eq!(c, keep.len());
                 let want: f64 = keep.iter().map(|&i| f64::from(w[i])).sum();
                 assert!((m - want).abs() <= 1e-12 * want.max(1e-300), "{x}");
+            }
+        }
+    }
+
+    /// Each point the sample places has its fraction of the sample's mass above the
+    /// point a step of the halvings below it, and less a step above it.
+    #[test]
+    fn sample_points_split_the_sample_as_asked() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let vals = crate::test_rows::uniform_row(&mut x, 2_377, 4.0, 2_378, 2_377);
+        // (A sample of a row holds no `-inf`: the stride puts none in it.)
+        let max = vals.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let least = vals.iter().copied().fold(f32::INFINITY, f32::min);
+        let f = Frame::new(max, 0.8);
+        let mut w = vec![0.0f32; vals.len()];
+        let (z, _) = crate::simd::weigh(&vals, f, &mut w);
+        let above = |x: f32| -> f64 {
+            (vals.iter().zip(&w))
+                .filter(|&(&l, _)| l > x)
+                .map(|(_, &wt)| f64::from(wt))
+                .sum()
+        };
+        let (lo, hi) = (least.next_down(), max);
+        let step = (hi - lo) / (1u32 << SAMPLE_HALVINGS) as f32;
+        for fs in [[0.9, 0.6], [0.2, 0.05], [0.5, 0.5], [0.01, 0.001]] {
+            let got = sample_points(&vals, &w, (lo, hi), (fs, z), crate::simd::mass_above);
+            let portable = sample_points(&vals, &w, (lo, hi), (fs, z), mass_above);
+            assert_eq!(got, portable);
+            for (p, f) in got.into_iter().zip(fs) {
+                assert!(p > lo && p < hi, "{p}");
+                assert!(above(p - step) >= f * z, "{f}: {p}");
+                assert!(above(p + step) < f * z, "{f}: {p}");
             }
         }
     }
