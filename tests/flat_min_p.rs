@@ -237,15 +237,14 @@ proptest! {
     }
 }
 
-/// The bench's flat row at full size, min-p 0.05: thousands of survivors, every
-/// boundary uniform spread over them, Sampler and chain.
-#[test]
-fn a_full_flat_row_agrees_with_reference() {
+/// A flat row of 151,936 at T 0.8 with min-p `min_p`, every boundary uniform spread over
+/// its survivors, Sampler and chain.
+fn full_flat_row(min_p: f32) {
     let case = Case {
         seed: 151_936,
         n: 151_936,
         scale: 1.0,
-        min_p: 0.05,
+        min_p,
         t: 0.8,
         min_keep: 1,
         mask: 0,
@@ -257,22 +256,14 @@ fn a_full_flat_row_agrees_with_reference() {
     check(&case, &row, &row).unwrap();
 }
 
-/// The same row drawn whole at T 0.8 (the bench's `chain_temp_0.8`): every finite token
-/// survives, Sampler and chain.
+/// Min-p 0.05: thousands of survivors.
+#[test]
+fn a_full_flat_row_agrees_with_reference() {
+    full_flat_row(0.05);
+}
+
+/// Drawn whole (the bench's `chain_temp_0.8`): every finite token survives.
 #[test]
 fn a_full_flat_row_drawn_whole_agrees_with_reference() {
-    let case = Case {
-        seed: 151_936,
-        n: 151_936,
-        scale: 1.0,
-        min_p: 0.0,
-        t: 0.8,
-        min_keep: 1,
-        mask: 0,
-        bias: false,
-        penalty: false,
-        elem: 0,
-    };
-    let row = case.row();
-    check(&case, &row, &row).unwrap();
+    full_flat_row(0.0);
 }
