@@ -23,8 +23,9 @@ fn check_temperature(t: f64) -> Result<(), Error> {
 /// a stage before the chain's first cut) or the compact set that cut left, in draw order
 /// ([`is_sorted`](Self::is_sorted)), at the cut's temperature. Adjustment stages change
 /// [`logits_mut`](Self::logits_mut); [`Candidates::scale_temperature`] records a
-/// temperature (always finite and `> 0`: the setters refuse any other); cut stages call [`sort`](Self::sort) and [`truncate`](Self::truncate)
-/// or [`retain`](Self::retain). Probabilities are always derived, never stored: the
+/// temperature (always finite and `> 0`: the setters refuse any other); cut stages
+/// call [`sort`](Self::sort) and [`truncate`](Self::truncate) or
+/// [`retain`](Self::retain). Probabilities are always derived, never stored: the
 /// weight of candidate `i` is `exp((l_i - l_max) / T)` computed in `f64`, with `l_max`
 /// the largest current logit and `T` the accumulated temperature, and its probability is
 /// its weight over the total weight of the current candidates. This is the same formula

@@ -18,9 +18,9 @@ use crate::history::History;
 /// `LogitsProcessor + Clone` type gets), so that the [`Sampler`](crate::Sampler) or
 /// [`Chain`](crate::Chain) holding it can be cloned and forked.
 ///
-/// In a [`Sampler`](crate::Sampler), processors run in the adjustment stage, after the logit bias, the penalties and the
-/// grammar mask and before temperature, in the order they were added to the
-/// [`Sampler`](crate::Sampler). They receive the row as `f32` (already converted from
+/// In a [`Sampler`](crate::Sampler), processors run in the adjustment stage, after the
+/// logit bias, the penalties and the grammar mask and before temperature, in the order
+/// they were added to the [`Sampler`](crate::Sampler). They receive the row as `f32` (already converted from
 /// `f16`/`bf16`, already biased and penalised) and the sequence's [`History`].
 ///
 /// A processor may set entries to `-inf` to ban tokens. If it leaves a NaN or `+inf` in the

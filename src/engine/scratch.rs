@@ -27,8 +27,8 @@ pub(crate) struct Scratch {
     pub(crate) cand2: Vec<(f32, TokenId)>,
     pub(crate) weight2: Vec<f64>,
     /// Min-p's survivors on a flat row, or every finite token of a flat row drawn
-    /// whole, in id order (not draw order): their adjusted logits and their ids (see [`flat`](crate::flat)), with room for a whole row and one
-    /// vector more.
+    /// whole, in id order (not draw order): their adjusted logits and their ids
+    /// (see [`flat`](crate::flat)), with room for a whole row and one vector more.
     pub(crate) flat: Vec<f32>,
     pub(crate) flat_ids: Vec<TokenId>,
     /// The fast weights of `flat`, same order.

@@ -150,9 +150,9 @@ pub(crate) fn max_sum<T: Logit>(part: &[T], sum: &mut [f32; LANES]) -> f32 {
 }
 
 /// Writes into `out[i]` the fast weight ([`fast_weight`]) of `vals[i]` in frame `f`, and
-/// returns their sum and the least of `vals` (`+inf` when empty): each lane sums the four weights it takes from a block of
-/// [`BLOCK`] entries in `f32`, then adds that to its `f64` sum; the lanes are added at
-/// the end. The `f32` sums of at most four non-negative terms round by at most
+/// returns their sum and the least of `vals` (`+inf` when empty): each lane sums the
+/// four weights it takes from a block of [`BLOCK`] entries in `f32`, then adds that to
+/// its `f64` sum; the lanes are added at the end. The `f32` sums of at most four non-negative terms round by at most
 /// [`WEIGH_SUM_ERROR`] of the total; the `f64` ones by `2 n` ulps. `out` is as long as
 /// `vals`.
 ///
