@@ -37,6 +37,9 @@ use crate::TokenId;
 /// `2^-24`, the unit roundoff of `f32`.
 const U32: f64 = 5.960_464_477_539_063e-8;
 
+/// Blocks per group in [`fast_with`]'s collecting loop: one bit each in a `u64`.
+const GROUP_BLOCKS: usize = 64;
+
 /// The mass of the entries of `row` at or below `ceiling`, relative to `max` (the
 /// maximum of its unmarked entries, finite) at temperature `t`, with `f32` weights, and a
 /// bound on `|Z - exact|` (see the module documentation). With `marks`, the tokens whose
@@ -119,23 +122,48 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
         *z += w;
         *dev = mul_add::<FUSED>(w, -x, *dev);
     };
-    let blocks = row.chunks_exact(BLOCK);
-    let rem = blocks.remainder();
-    for (b, block) in blocks.enumerate() {
-        // Four weights per lane are summed in `f32`, then the lanes join the `f64` sums.
-        let mut zb = [0.0f32; LANES];
-        for (c, chunk) in block.chunks_exact(LANES).enumerate() {
-            let v = load(chunk);
-            let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
-            for j in 0..LANES {
-                weight(v[j], m & BITS[j] != 0, &mut zb[j], &mut dev[j]);
-            }
-            if COLLECT {
-                let mut hit = false;
-                for x in v {
-                    hit |= x >= above;
+    let blocks = row.len() / BLOCK;
+    let rem = &row[blocks * BLOCK..];
+    // The blocks go by groups of `GROUP_BLOCKS`: the loop over a group's blocks only
+    // weighs them and notes which blocks hold an entry `>= above` (one bit each); the
+    // collection from those blocks follows the group. So the hot loop calls nothing
+    // (a push may grow `out`, a call across which no vector register survives), and its
+    // sums stay in registers instead of going through the stack on every chunk.
+    for g in (0..blocks).step_by(GROUP_BLOCKS) {
+        let end = blocks.min(g + GROUP_BLOCKS);
+        let mut hits = 0u64;
+        for b in g..end {
+            let block = &row[b * BLOCK..(b + 1) * BLOCK];
+            // Four weights per lane are summed in `f32`, then the lanes join the `f64`
+            // sums.
+            let mut zb = [0.0f32; LANES];
+            let mut hit = false;
+            for (c, chunk) in block.chunks_exact(LANES).enumerate() {
+                let v = load(chunk);
+                let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
+                for j in 0..LANES {
+                    weight(v[j], m & BITS[j] != 0, &mut zb[j], &mut dev[j]);
                 }
-                if hit && out.len() <= cap {
+                if COLLECT {
+                    for x in v {
+                        hit |= x >= above;
+                    }
+                }
+            }
+            hits |= u64::from(hit) << (b - g);
+            for j in 0..LANES {
+                z[j] += f64::from(zb[j]);
+            }
+        }
+        // (Once `out` holds more than `cap`, nothing more joins it.)
+        while COLLECT && hits != 0 && out.len() <= cap {
+            let b = g + hits.trailing_zeros() as usize;
+            hits &= hits - 1;
+            let block = &row[b * BLOCK..(b + 1) * BLOCK];
+            for (c, chunk) in block.chunks_exact(LANES).enumerate() {
+                let v = load(chunk);
+                let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
+                if v.iter().any(|&x| x >= above) && out.len() <= cap {
                     let base = first + b * BLOCK + c * LANES;
                     for j in 0..LANES {
                         if v[j] >= above && !(MARKS && m & BITS[j] != 0) {
@@ -144,9 +172,6 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
                     }
                 }
             }
-        }
-        for j in 0..LANES {
-            z[j] += f64::from(zb[j]);
         }
     }
     let base = row.len() - rem.len();
