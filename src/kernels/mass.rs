@@ -834,6 +834,41 @@ mod tests {
         }
     }
 
+    /// The collecting pass over several groups of blocks and a tail (longer than the
+    /// spans of [`online_collect`] on a row of Qwen3's size): every unmarked entry at or
+    /// above the threshold, in id order, and the same mass as the pass that collects
+    /// nothing; once more than `cap` are held, a prefix of them longer than `cap`.
+    #[test]
+    fn the_collecting_pass_collects_across_groups() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let n = 3 * GROUP_BLOCKS * BLOCK + 5 * LANES + 7;
+        let row = crate::test_rows::uniform_row(&mut x, n, 4.0, 97, 5);
+        let marks: Vec<u32> = (0..n.div_ceil(32))
+            .map(|w| (w as u32).wrapping_mul(0x9e37_79b9) & 0x0f0f_0f0f)
+            .collect();
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for marks in [None, Some(&marks[..])] {
+            let unmarked = |i: usize| !marks.is_some_and(|m| is_marked(m, i));
+            for above in [max, max - 1.0, max - 3.0, f32::NEG_INFINITY] {
+                let want: Vec<(f32, TokenId)> = (0..n)
+                    .filter(|&i| unmarked(i) && row[i] >= above)
+                    .map(|i| (row[i], (i + 9) as TokenId))
+                    .collect();
+                for cap in [usize::MAX, want.len(), want.len() / 2, 0] {
+                    let mut out = Vec::new();
+                    let (z, err) = mass_collect(&row, marks, max, above, cap, 9, &mut out);
+                    let (z0, err0) = fast(&row, marks, max, 1.0, f32::INFINITY);
+                    assert_eq!((z.to_bits(), err.to_bits()), (z0.to_bits(), err0.to_bits()));
+                    if want.len() <= cap {
+                        assert_eq!(out, want);
+                    } else {
+                        assert!(out.len() > cap && want.starts_with(&out));
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_online_mass_and_collection_are_within_their_bounds() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
