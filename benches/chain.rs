@@ -260,6 +260,8 @@ fn chains(c: &mut Criterion) {
             chain(vec![temperature(0.8)]),
             &row,
         );
+        let p = params(SamplingParams::builder().temperature(0.8));
+        bench_sampler(&mut g, "sampler_temp_0.8", p, &row);
         for (name, stage, seed) in zoo() {
             let c = seeded_chain(vec![stage, temperature(0.8)], seed);
             bench_chain(&mut g, &format!("chain_{name}_temp_0.8"), c, &row);
@@ -330,6 +332,8 @@ fn chains(c: &mut Criterion) {
         bench_sampler(&mut g, "sampler_qwen3_bf16", params(qwen3()), &row16);
         bench_chain(&mut g, "chain_qwen3_bf16", qwen3_chain(), &row16);
         bench_chain(&mut g, "chain_llama_bf16", llama_chain(), &row16);
+        let t = chain(vec![temperature(0.8)]);
+        bench_chain(&mut g, "chain_temp_0.8_bf16", t, &row16);
         g.finish();
     }
 }

@@ -267,3 +267,24 @@ fn a_full_flat_row_agrees_with_reference() {
 fn a_full_flat_row_drawn_whole_agrees_with_reference() {
     full_flat_row(0.0);
 }
+
+/// Drawn whole from a `bf16` row (the bench's `chain_temp_0.8_bf16`): values tied by the
+/// thousand.
+#[test]
+fn a_full_bf16_flat_row_drawn_whole_agrees_with_reference() {
+    let case = Case {
+        seed: 151_936,
+        n: 151_936,
+        scale: 1.0,
+        min_p: 0.0,
+        t: 0.8,
+        min_keep: 1,
+        mask: 0,
+        bias: false,
+        penalty: false,
+        elem: 2,
+    };
+    let half: Vec<bf16> = case.row().iter().map(|&x| bf16::from_f32(x)).collect();
+    let exact: Vec<f32> = half.iter().map(|x| x.to_f32()).collect();
+    check(&case, &half, &exact).unwrap();
+}
