@@ -127,10 +127,17 @@ impl Case {
     }
 }
 
-/// The uniforms on and next to `limit` cumulative boundaries spread over `c`, and 8 at
-/// random.
+/// The uniforms on and next to `limit` cumulative boundaries spread over `c`, `1e-8`
+/// on either side of those boundaries (within the fast weights' bound of a boundary,
+/// beyond the precise sums': the draw over a flat row decides those from its precise
+/// pass), and 8 at random.
 fn uniforms(c: &[Candidate], limit: usize, r: &mut Mix) -> Vec<f64> {
     let mut out = boundary_uniforms(c, limit, 1);
+    let near: Vec<f64> = (out.iter().skip(4).step_by(3))
+        .flat_map(|&u| [u - 1e-8, u + 1e-8])
+        .filter(|u| (0.0..=TOP).contains(u))
+        .collect();
+    out.extend(near);
     out.extend((0..8).map(|_| r.unit().min(TOP)));
     out
 }

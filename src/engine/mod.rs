@@ -2833,7 +2833,7 @@ impl Engine {
                 let margin =
                     2.0 * err + draw::margin(n + BUCKETS, total) + 4.0 * f64::EPSILON * total;
                 let walk = (frame, t, floor, whole);
-                let (id, w) = draw_flat(&mut self.scratch, walk, (u * total, total), margin)?;
+                let (id, w) = draw_flat(&mut self.scratch, walk, (u, total), margin)?;
                 Sample::new(id, (w / total).ln() as f32)
             }
             Survivors::Hist {
@@ -3655,18 +3655,23 @@ fn weigh_flat(s: &mut Scratch, max: f32, t: f32, whole: bool) -> Survivors {
     let n = s.flat.len();
     s.flat_w.clear();
     s.flat_w.resize(n, 0.0);
-    let (total, floor) = crate::simd::weigh(&s.flat, f, &mut s.flat_w);
-    // Each weight is within the bound of the histogram's bucket of `floor`, the last
-    // one any survivor's key reaches (the key is monotone), or, for the buckets of
-    // weights below `e^-63`, of the last bucket; the total's `f32` sums round by at
-    // most `WEIGH_SUM_ERROR` of it, its `f64` sums (and those of the masses the draw
-    // takes) by less than `2 n` ulps.
+    let weighed = crate::simd::weigh(&s.flat, f, &mut s.flat_w);
+    let (total, floor) = (weighed.total, weighed.least);
+    // Two bounds, the smaller taken. A priori: each weight is within the bound of the
+    // histogram's bucket of `floor`, the last one any survivor's key reaches (the key is
+    // monotone), or, for the buckets of weights below `e^-63`, of the last bucket; the
+    // total's `f32` sums round by at most `WEIGH_SUM_ERROR` of it, its `f64` sums (and
+    // those of the masses the draw takes) by less than `2 n` ulps. A posteriori, from
+    // the sum of `w |x|` (`flat::Weighed::error_bound`): the arguments' roundings at the
+    // mass's own distance from the maximum, not at the least survivor's, about a third
+    // of the first on a flat row.
     let hi = (histogram::key(floor, f) as usize).min(LAST);
     let (count, mass) = (n as u32, total);
-    let err = histogram::error_bound(hi.min(LAST - 1), count, mass, f)
+    let prior = histogram::error_bound(hi.min(LAST - 1), count, mass, f)
         + histogram::error_bound(LAST, count, mass, f)
         + flat::WEIGH_SUM_ERROR * mass
         + 2.0 * n as f64 * f64::EPSILON * mass;
+    let err = prior.min(weighed.error_bound(n, f));
     Survivors::Flat {
         n,
         total,
@@ -3709,14 +3714,17 @@ fn settle_flat(s: &mut Scratch, survivors: Survivors) -> Survivors {
 /// window's thirds after a step that made little progress), and a point counts as
 /// decided only when `margin` cannot move its mass across the target. Then the window's
 /// survivors alone are sorted (rebuilt into `(value, id)`), and walked with their exact
-/// weights from the fast mass above the window. `None` when the target comes within
-/// `margin` of a running sum, or is not reached: the precise weights decide.
+/// weights from the fast mass above the window. When the target comes within `margin`
+/// of a running sum there, the window is walked again from precise masses
+/// ([`walk_flat_precise`]); `None` when that cannot decide either, or the target is not
+/// reached: the row's exact path decides.
 fn draw_flat(
     s: &mut Scratch,
     (f, t, floor, whole): (Frame, f32, f32, bool),
-    (target, total): (f64, f64),
+    (u, total): (f64, f64),
     margin: f64,
 ) -> Option<(TokenId, f64)> {
+    let target = u * total;
     let mid = |a: f32, b: f32, q: f64| (f64::from(a) + (f64::from(b) - f64::from(a)) * q) as f32;
     let (mut lo, mut hi) = (floor.next_down().max(f32::MIN), f.max);
     // The fast mass of the survivors above `hi` (none above the maximum) and above
@@ -3743,7 +3751,7 @@ fn draw_flat(
         let fs = [(q + band).min(1.0), (q - band).max(0.0)];
         s.win_w.clear();
         s.win_w.resize(s.seeds.len(), 0.0);
-        let (z, _) = crate::simd::weigh(&s.seeds, f, &mut s.win_w);
+        let z = crate::simd::weigh(&s.seeds, f, &mut s.win_w).total;
         let above = crate::simd::mass_above::<f32>;
         first = Some(flat::sample_points(
             &s.seeds,
@@ -3831,9 +3839,55 @@ fn draw_flat(
         c += x;
         if x > 0.0 && c > target {
             if target - prev <= margin || c - target <= margin {
-                return None;
+                return walk_flat_precise(s, (f, t, floor), hi, u);
             }
             return Some((s.cand2[i].1, x));
+        }
+    }
+    None
+}
+
+/// Bound on the relative error of each weight of
+/// [`row_mass_precise`](crate::simd::row_mass_precise) against the `f64` weight
+/// `exp((l - max) / t)` of [`fill_weights`], besides the argument's roundings:
+/// `exp_neg`'s `4e-15` and `std`'s `exp` within an ulp.
+const PRECISE_WEIGHT_ERROR: f64 = 4e-15 + f64::EPSILON;
+
+/// [`draw_flat`]'s walk of its window `(.., hi]` (in `scratch.cand2`, sorted, with the
+/// `f64` weights in `scratch.weight2`) when the fast masses left the decision open: the
+/// survivors' total and their mass at or below `hi` in one vectorised pass with the
+/// `f64` exponential, so that the target and the mass above the window are within about
+/// `1e-14` of the total instead of the fast bound's `1e-6`, and the walk again. Each
+/// precise weight is within [`PRECISE_WEIGHT_ERROR`] and the argument's roundings (at
+/// most three, each within `2^-53 |x|`, `|x| <= (max - floor) / t`) of the walk's; below
+/// `e^-708` it is `e^-708` (at most that per survivor); each sum rounds within
+/// [`draw::margin`]. `None` when the target is still within that bound of a running sum
+/// (about `n * 1e-15` of the total), or is not reached.
+fn walk_flat_precise(
+    s: &Scratch,
+    (f, t, floor): (Frame, f32, f32),
+    hi: f32,
+    u: f64,
+) -> Option<(TokenId, f64)> {
+    let n = s.flat.len();
+    let (z, at_or_below) = crate::simd::row_mass_precise_split(&s.flat, f.max, t, hi);
+    let x = (f64::from(f.max) - f64::from(floor)) / f64::from(t);
+    let rel = PRECISE_WEIGHT_ERROR + 3.0 * x * f64::EPSILON / 2.0;
+    // Each of the two sums, against the exact sum of the walk's weights.
+    let each = rel * z + draw::margin(n, z) + n as f64 * 3.4e-308;
+    // The target moves with the total, the mass above `hi` with both sums; the walk's
+    // own sums round within `draw::margin`.
+    let margin = 3.0 * each + draw::margin(s.cand2.len(), z);
+    let target = u * z;
+    let mut c = z - at_or_below;
+    for (i, &w) in s.weight2.iter().enumerate() {
+        let prev = c;
+        c += w;
+        if w > 0.0 && c > target {
+            if target - prev <= margin || c - target <= margin {
+                return None;
+            }
+            return Some((s.cand2[i].1, w));
         }
     }
     None

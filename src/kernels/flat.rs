@@ -149,10 +149,41 @@ pub(crate) fn max_sum<T: Logit>(part: &[T], sum: &mut [f32; LANES]) -> f32 {
     crate::adjust::lanes_max(&m)
 }
 
+/// What [`weigh`] found: the sum of the weights, the least of the values (`+inf` when
+/// there are none), and a bound on the sum of each weight times its scaled logit's
+/// magnitude, `w |s|` with `s = fl(fl(l - max) * fl(1 / T))` (the `f32` sum, raised by
+/// its own rounding's bound), which bounds the error the arguments' roundings put in
+/// the total (see [`Weighed::error_bound`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Weighed {
+    pub(crate) total: f64,
+    pub(crate) least: f32,
+    pub(crate) dev: f64,
+}
+
+impl Weighed {
+    /// A bound on `|total - Z|`, `Z` the exact sum of `exp((l - max) / T)` over the `n`
+    /// values weighed in frame `f`, a-posteriori: each weight is within
+    /// [`F32_REL_ERROR`](crate::exp::F32_REL_ERROR) (the `f32` exponential), the
+    /// first-order correction's remainders (as in [`error_bound`](crate::histogram::error_bound)) and
+    /// `steps * 2^-24 |x|` (the argument's roundings) of its exact value, or, clamped
+    /// below `e^-87`, within [`F32_ABS_ERROR`](crate::exp::F32_ABS_ERROR) of it; `dev`
+    /// bounds the sum of `w |x|` to within 1% (the weights' and the arguments' own
+    /// errors); the sums round as [`weigh`] says.
+    pub(crate) fn error_bound(&self, n: usize, f: Frame) -> f64 {
+        use crate::exp::{F32_ABS_ERROR, F32_REL_ERROR};
+        let rel = F32_REL_ERROR + 6e-8 * 6e-8 * 87.0 * 87.0 + 1.2e-7 * 6e-8 + 1e-12;
+        self.total * (rel + WEIGH_SUM_ERROR + 2.0 * n as f64 * f64::EPSILON)
+            + 1.01 * f.steps * 5.97e-8 * self.dev
+            + n as f64 * F32_ABS_ERROR
+    }
+}
+
 /// Writes into `out[i]` the fast weight ([`fast_weight`]) of `vals[i]` in frame `f`, and
-/// returns their sum and the least of `vals` (`+inf` when empty): each lane sums the
-/// four weights it takes from a block of [`BLOCK`] entries in `f32`, then adds that to
-/// its `f64` sum; the lanes are added at the end. The `f32` sums of at most four non-negative terms round by at most
+/// returns their sum, the least of `vals` and the sum of `w |s|` ([`Weighed`]): each
+/// lane sums the four weights (and the four `w |s|`) it takes from a block of [`BLOCK`]
+/// entries in `f32`, then adds that to its `f64` sum; the lanes are added at the end.
+/// The `f32` sums of at most four non-negative terms round by at most
 /// [`WEIGH_SUM_ERROR`] of the total; the `f64` ones by `2 n` ulps. `out` is as long as
 /// `vals`.
 ///
@@ -162,9 +193,14 @@ pub(crate) fn max_sum<T: Logit>(part: &[T], sum: &mut [f32; LANES]) -> f32 {
 /// Always inlined, so that [`simd::weigh`](crate::simd::weigh) can compile it for wider
 /// vectors.
 #[inline(always)]
-pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> (f64, f32) {
+pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> Weighed {
     let mut acc = [0.0f64; LANES];
+    // (In `f32`, per lane, across the whole row: a conversion to `f64` per block for
+    // these too doubles the pass's horizontal work. Their rounding is bounded below.)
+    let mut dacc = [0.0f32; LANES];
     let mut low = [f32::INFINITY; LANES];
+    // `w |s|`, `s` the scaled logit as `fast_weight` computes it (at most 0).
+    let dev = |v: f32, w: f32| w * ((f.max - v) * f.inv_t32);
     let whole = vals.len() / BLOCK * BLOCK;
     let (body, tail) = out.split_at_mut(whole);
     for (b, ob) in vals[..whole]
@@ -172,17 +208,20 @@ pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> (f64, f3
         .zip(body.chunks_exact_mut(BLOCK))
     {
         let mut zb = [0.0f32; LANES];
+        let mut db = [0.0f32; LANES];
         for (c, o) in b.chunks_exact(LANES).zip(ob.chunks_exact_mut(LANES)) {
             let v = load(c);
             for j in 0..LANES {
                 let w = fast_weight(f, v[j]);
                 o[j] = w;
                 zb[j] += w;
+                db[j] += dev(v[j], w);
                 low[j] = if v[j] < low[j] { v[j] } else { low[j] };
             }
         }
         for j in 0..LANES {
             acc[j] += f64::from(zb[j]);
+            dacc[j] += db[j];
         }
     }
     for (i, (x, o)) in vals[whole..].iter().zip(tail).enumerate() {
@@ -190,6 +229,7 @@ pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> (f64, f3
         let w = fast_weight(f, v);
         *o = w;
         acc[i % LANES] += f64::from(w);
+        dacc[i % LANES] += dev(v, w);
         low[i % LANES] = if v < low[i % LANES] {
             v
         } else {
@@ -199,7 +239,17 @@ pub(crate) fn weigh<T: Logit>(vals: &[T], f: Frame, out: &mut [f32]) -> (f64, f3
     let least = low
         .iter()
         .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
-    (acc.iter().sum(), least)
+    // Each lane's `f32` sum adds at most `n / BLOCK + 4` terms (the blocks' sums of
+    // four, and the tail's), each rounding within `2^-24` of the running sum: so the
+    // exact sum of `w |s|` is below the computed one times `1 + (n / BLOCK + 8) 2^-23`
+    // (the first order, doubled).
+    let terms = (vals.len() / BLOCK + 8) as f64;
+    let dev: f64 = dacc.iter().map(|&d| f64::from(d)).sum();
+    Weighed {
+        total: acc.iter().sum(),
+        least,
+        dev: dev * (1.0 + terms * f64::from(f32::EPSILON)),
+    }
 }
 
 /// Bound on the relative error that [`weigh`]'s `f32` sums (four non-negative terms
@@ -477,10 +527,13 @@ mod tests {
         let max = vals.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let f = Frame::new(max, 0.8);
         let mut w = vec![0.0f32; vals.len()];
-        let (z, least) = crate::simd::weigh(&vals, f, &mut w);
+        let a = crate::simd::weigh(&vals, f, &mut w);
+        let (z, least) = (a.total, a.least);
         let mut w1 = vec![0.0f32; vals.len()];
-        let (z1, least1) = weigh(&vals, f, &mut w1);
+        let b = weigh(&vals, f, &mut w1);
+        let (z1, least1) = (b.total, b.least);
         assert_eq!(z1.to_bits(), z.to_bits());
+        assert_eq!(a.dev.to_bits(), b.dev.to_bits());
         assert_eq!(w, w1);
         let min = vals.iter().copied().fold(f32::INFINITY, f32::min);
         assert_eq!(
@@ -490,9 +543,9 @@ mod tests {
         // (The least may lie in the tail, beyond the whole blocks.)
         let mut tail_low = vals.clone();
         *tail_low.last_mut().unwrap() = min - 1.0;
-        assert_eq!(crate::simd::weigh(&tail_low, f, &mut w1).1, min - 1.0);
+        assert_eq!(crate::simd::weigh(&tail_low, f, &mut w1).least, min - 1.0);
         assert_eq!(
-            crate::simd::weigh(&[] as &[f32], f, &mut []).1,
+            crate::simd::weigh(&[] as &[f32], f, &mut []).least,
             f32::INFINITY
         );
         for (i, &l) in vals.iter().enumerate() {
@@ -515,6 +568,57 @@ mod tests {
         }
     }
 
+    /// The a-posteriori bound holds against the `f64` sum of the exact weights, at
+    /// temperatures with one, two and no roundings in the argument, over rows with
+    /// `-inf`, clamped weights and ties; and on a flat row it is well below the bound
+    /// taken at the least value's bucket.
+    #[test]
+    fn the_weighed_bound_holds_and_is_tight() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rows = vec![
+            crate::test_rows::uniform_row(&mut x, 151_936, 1.0, 97, 5),
+            crate::test_rows::uniform_row(&mut x, 5_003, 40.0, 97, 5),
+            crate::test_rows::uniform_row(&mut x, 77, 3.0, 7, 3),
+        ];
+        rows.push((0..20_000).map(|i| -60.0 + 3e-3 * i as f32).collect());
+        for row in &rows {
+            let finite: Vec<f32> = row.iter().copied().filter(|l| l.is_finite()).collect();
+            let max = finite.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for t in [1.0f32, 0.5, 0.8, 1.7] {
+                let f = Frame::new(max, t);
+                let mut w = vec![0.0f32; finite.len()];
+                let got = crate::simd::weigh(&finite, f, &mut w);
+                let exact: f64 = finite
+                    .iter()
+                    .map(|&l| ((f64::from(l) - f64::from(max)) / f64::from(t)).exp())
+                    .sum();
+                let bound = got.error_bound(finite.len(), f);
+                assert!(
+                    (got.total - exact).abs() <= bound,
+                    "T {t}: {} vs {exact}, bound {bound:e}",
+                    got.total
+                );
+                assert!(bound <= 1e-5 * exact);
+            }
+        }
+        // A bell-shaped row at T 0.8 (the sum of four uniforms, about N(0, 1.2)): the
+        // bound at the least value's bucket is several times the a-posteriori one.
+        let n = 151_936;
+        let mut row = vec![0.0f32; n];
+        for _ in 0..4 {
+            let u = crate::test_rows::uniform_row(&mut x, n, 4.0, n + 1, n);
+            row.iter_mut().zip(u).for_each(|(r, u)| *r += u);
+        }
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let f = Frame::new(max, 0.8);
+        let mut w = vec![0.0f32; row.len()];
+        let got = crate::simd::weigh(&row, f, &mut w);
+        let b = (crate::histogram::key(got.least, f) as usize).min(crate::histogram::LAST - 1);
+        let prior = crate::histogram::error_bound(b, row.len() as u32, got.total, f);
+        let post = got.error_bound(row.len(), f);
+        assert!(2.0 * post < prior, "{post:e} vs {prior:e}");
+    }
+
     /// Each point the sample places has its fraction of the sample's mass above the
     /// point a step of the halvings below it, and less a step above it.
     #[test]
@@ -526,7 +630,7 @@ mod tests {
         let least = vals.iter().copied().fold(f32::INFINITY, f32::min);
         let f = Frame::new(max, 0.8);
         let mut w = vec![0.0f32; vals.len()];
-        let (z, _) = crate::simd::weigh(&vals, f, &mut w);
+        let z = crate::simd::weigh(&vals, f, &mut w).total;
         let above = |x: f32| -> f64 {
             (vals.iter().zip(&w))
                 .filter(|&(&l, _)| l > x)

@@ -43,13 +43,13 @@ pub(crate) struct Frame {
     /// Maximum of the adjusted row (finite).
     pub(crate) max: f32,
     /// `1 / T` in `f32`, for the bucket keys and the fast weights.
-    inv_t32: f32,
+    pub(crate) inv_t32: f32,
     /// `1 / T` in `f64`, for the precise weights.
     inv_t: f64,
     /// Roundings in the fast weights' argument once the subtraction's error is added
     /// back: the product unless `1 / T` is 1, and `1 / T` itself unless it is exact in
     /// `f32`.
-    steps: f64,
+    pub(crate) steps: f64,
 }
 
 impl Frame {

@@ -249,6 +249,36 @@ fn precise_with<T: Logit, const MARKS: bool>(
     z.iter().sum()
 }
 
+/// [`precise`] of the whole of `row` (no marks) and of its entries at or below
+/// `ceiling`, in one pass: the same weights, summed in the same order, so each sum is
+/// the one [`precise`] returns, bit for bit. Always inlined, so that
+/// [`simd::row_mass_precise_split`](crate::simd::row_mass_precise_split) can compile it
+/// for wider vectors.
+#[inline(always)]
+pub(crate) fn precise_split<T: Logit>(row: &[T], max: f32, t: f32, ceiling: f32) -> (f64, f64) {
+    let inv_t = 1.0 / f64::from(t);
+    let max = f64::from(max);
+    let (mut z, mut below) = ([0.0f64; LANES], [0.0f64; LANES]);
+    let weight = |v: f32| exp_neg(((f64::from(v) - max) * inv_t).min(0.0));
+    let chunks = row.chunks_exact(LANES);
+    let base = row.len() - chunks.remainder().len();
+    for chunk in chunks {
+        let v = load(chunk);
+        for j in 0..LANES {
+            let w = weight(v[j]);
+            z[j] += w;
+            below[j] += if v[j] > ceiling { 0.0 } else { w };
+        }
+    }
+    for (j, x) in row[base..].iter().enumerate() {
+        let v = x.to_f32();
+        let w = weight(v);
+        z[j] += w;
+        below[j] += if v > ceiling { 0.0 } else { w };
+    }
+    (z.iter().sum(), below.iter().sum())
+}
+
 /// The bound on the relative error of each weight [`weights_with`] writes, for
 /// arguments above `-87`.
 #[cfg(test)]

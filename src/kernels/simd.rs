@@ -521,7 +521,7 @@ dispatch!(
 dispatch!(
     /// [`flat::weigh`], on the widest vectors the CPU has.
     weigh, weigh_avx2, weigh_avx512, flat::weigh,
-    fn<T>(vals: &[T], f: Frame, out: &mut [f32]) -> (f64, f32)
+    fn<T>(vals: &[T], f: Frame, out: &mut [f32]) -> flat::Weighed
 );
 
 dispatch!(
@@ -540,6 +540,13 @@ dispatch!(
     /// [`mass::precise`], on the widest vectors the CPU has.
     row_mass_precise, row_mass_precise_avx2, row_mass_precise_avx512, mass::precise,
     fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, ceiling: f32) -> f64
+);
+
+dispatch!(
+    /// [`mass::precise_split`], on the widest vectors the CPU has.
+    row_mass_precise_split, row_mass_precise_split_avx2, row_mass_precise_split_avx512,
+    mass::precise_split,
+    fn<T>(row: &[T], max: f32, t: f32, ceiling: f32) -> (f64, f64)
 );
 
 dispatch!(
@@ -818,6 +825,27 @@ mod tests {
                         }
                     }
                     let exact = mass::precise(&row, ov.marked(), max, t, ceiling);
+                    // The one-pass pair: both sums as `precise` gives them, on every
+                    // level (the split takes no marks).
+                    let inf = f32::INFINITY;
+                    let pair = (
+                        mass::precise(&row, None, max, t, inf),
+                        mass::precise(&row, None, max, t, ceiling),
+                    );
+                    let pair = (pair.0.to_bits(), pair.1.to_bits());
+                    let split = |(a, b): (f64, f64)| (a.to_bits(), b.to_bits());
+                    assert_eq!(split(mass::precise_split(&row, max, t, ceiling)), pair);
+                    // SAFETY: each copy runs only when the CPU was found to support it.
+                    unsafe {
+                        if avx2 {
+                            let p2 = row_mass_precise_split_avx2(&row, max, t, ceiling);
+                            assert_eq!(split(p2), pair);
+                        }
+                        if avx512 {
+                            let p2 = row_mass_precise_split_avx512(&row, max, t, ceiling);
+                            assert_eq!(split(p2), pair);
+                        }
+                    }
                     // SAFETY: each copy runs only when the CPU was found to support it.
                     unsafe {
                         let marks = ov.marked();
