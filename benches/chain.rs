@@ -177,6 +177,42 @@ fn bench_chain<T: Logit>(g: &mut Group<'_>, name: &str, mut c: Chain, row: &[T])
     });
 }
 
+/// Uniforms spread over `[0, 1)` (the fractional parts of `k` times the golden ratio):
+/// a bench that cycles through them times the average draw, where one seed times one
+/// uniform's.
+fn spread_uniforms() -> Vec<f64> {
+    (1..=64).map(|k| (k as f64 * 0.618_033_988_749_895) % 1.0).collect()
+}
+
+/// [`bench_chain`], the draw's uniform cycling through [`spread_uniforms`].
+fn bench_chain_spread<T: Logit>(g: &mut Group<'_>, name: &str, mut c: Chain, row: &[T]) {
+    let us = spread_uniforms();
+    let mut k = 0;
+    g.bench_with_input(BenchmarkId::new(name, N), row, |b, row| {
+        b.iter(|| {
+            k = (k + 1) % us.len();
+            let out = c.sample_with_uniform(black_box(row), None, us[k]).unwrap();
+            c.reset();
+            out.token
+        })
+    });
+}
+
+/// [`bench_sampler`], the draw's uniform cycling through [`spread_uniforms`].
+fn bench_sampler_spread<T: Logit>(g: &mut Group<'_>, name: &str, p: SamplingParams, row: &[T]) {
+    let mut s = Sampler::new(p, N).unwrap();
+    let us = spread_uniforms();
+    let mut k = 0;
+    g.bench_with_input(BenchmarkId::new(name, N), row, |b, row| {
+        b.iter(|| {
+            k = (k + 1) % us.len();
+            let out = s.sample_with_uniform(black_box(row), None, us[k]).unwrap();
+            s.rollback(1);
+            out.token
+        })
+    });
+}
+
 /// `Chain::distribution` on a chain with no stage, the counterpart of
 /// `sampler_distribution`.
 fn chain_distribution(g: &mut Group<'_>, row: &[f32]) {
@@ -262,6 +298,12 @@ fn chains(c: &mut Criterion) {
         );
         let p = params(SamplingParams::builder().temperature(0.8));
         bench_sampler(&mut g, "sampler_temp_0.8", p, &row);
+        // The same draws averaged over 64 uniforms spread over [0, 1), not the one the
+        // seed gives: on a flat row the draw's cost depends on where the uniform falls.
+        let t = chain(vec![temperature(0.8)]);
+        bench_chain_spread(&mut g, "chain_temp_0.8_spread", t, &row);
+        let p = params(SamplingParams::builder().min_p(0.05));
+        bench_sampler_spread(&mut g, "sampler_min_p_0.05_spread", p, &row);
         for (name, stage, seed) in zoo() {
             let c = seeded_chain(vec![stage, temperature(0.8)], seed);
             bench_chain(&mut g, &format!("chain_{name}_temp_0.8"), c, &row);
