@@ -181,7 +181,9 @@ fn bench_chain<T: Logit>(g: &mut Group<'_>, name: &str, mut c: Chain, row: &[T])
 /// a bench that cycles through them times the average draw, where one seed times one
 /// uniform's.
 fn spread_uniforms() -> Vec<f64> {
-    (1..=64).map(|k| (k as f64 * 0.618_033_988_749_895) % 1.0).collect()
+    (1..=64)
+        .map(|k| (k as f64 * 0.618_033_988_749_895) % 1.0)
+        .collect()
 }
 
 /// [`bench_chain`], the draw's uniform cycling through [`spread_uniforms`].
