@@ -186,31 +186,21 @@ fn spread_uniforms() -> Vec<f64> {
         .collect()
 }
 
-/// [`bench_chain`], the draw's uniform cycling through [`spread_uniforms`].
-fn bench_chain_spread<T: Logit>(g: &mut Group<'_>, name: &str, mut c: Chain, row: &[T]) {
+/// Times `draw(row, u)` with `u` cycling through [`spread_uniforms`]; `draw` brings the
+/// sampler or chain back to its state after drawing, as [`bench_chain`] and
+/// [`bench_sampler`] do.
+fn bench_spread<T: Logit>(
+    g: &mut Group<'_>,
+    name: &str,
+    row: &[T],
+    mut draw: impl FnMut(&[T], f64) -> TokenId,
+) {
     let us = spread_uniforms();
     let mut k = 0;
     g.bench_with_input(BenchmarkId::new(name, N), row, |b, row| {
         b.iter(|| {
             k = (k + 1) % us.len();
-            let out = c.sample_with_uniform(black_box(row), None, us[k]).unwrap();
-            c.reset();
-            out.token
-        })
-    });
-}
-
-/// [`bench_sampler`], the draw's uniform cycling through [`spread_uniforms`].
-fn bench_sampler_spread<T: Logit>(g: &mut Group<'_>, name: &str, p: SamplingParams, row: &[T]) {
-    let mut s = Sampler::new(p, N).unwrap();
-    let us = spread_uniforms();
-    let mut k = 0;
-    g.bench_with_input(BenchmarkId::new(name, N), row, |b, row| {
-        b.iter(|| {
-            k = (k + 1) % us.len();
-            let out = s.sample_with_uniform(black_box(row), None, us[k]).unwrap();
-            s.rollback(1);
-            out.token
+            draw(black_box(row), us[k])
         })
     });
 }
@@ -302,10 +292,19 @@ fn chains(c: &mut Criterion) {
         bench_sampler(&mut g, "sampler_temp_0.8", p, &row);
         // The same draws averaged over 64 uniforms spread over [0, 1), not the one the
         // seed gives: on a flat row the draw's cost depends on where the uniform falls.
-        let t = chain(vec![temperature(0.8)]);
-        bench_chain_spread(&mut g, "chain_temp_0.8_spread", t, &row);
+        let mut c = chain(vec![temperature(0.8)]);
+        bench_spread(&mut g, "chain_temp_0.8_spread", &row, |row, u| {
+            let token = c.sample_with_uniform(row, None, u).unwrap().token;
+            c.reset();
+            token
+        });
         let p = params(SamplingParams::builder().min_p(0.05));
-        bench_sampler_spread(&mut g, "sampler_min_p_0.05_spread", p, &row);
+        let mut s = Sampler::new(p, N).unwrap();
+        bench_spread(&mut g, "sampler_min_p_0.05_spread", &row, |row, u| {
+            let token = s.sample_with_uniform(row, None, u).unwrap().token;
+            s.rollback(1);
+            token
+        });
         for (name, stage, seed) in zoo() {
             let c = seeded_chain(vec![stage, temperature(0.8)], seed);
             bench_chain(&mut g, &format!("chain_{name}_temp_0.8"), c, &row);
