@@ -174,7 +174,7 @@ impl Weighed {
         use crate::exp::{F32_ABS_ERROR, F32_REL_ERROR};
         let rel = F32_REL_ERROR + 6e-8 * 6e-8 * 87.0 * 87.0 + 1.2e-7 * 6e-8 + 1e-12;
         self.total * (rel + WEIGH_SUM_ERROR + 2.0 * n as f64 * f64::EPSILON)
-            + 1.01 * f.steps * 5.97e-8 * self.dev
+            + 1.01 * f.steps() * 5.97e-8 * self.dev
             + n as f64 * F32_ABS_ERROR
     }
 }

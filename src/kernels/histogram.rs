@@ -43,13 +43,13 @@ pub(crate) struct Frame {
     /// Maximum of the adjusted row (finite).
     pub(crate) max: f32,
     /// `1 / T` in `f32`, for the bucket keys and the fast weights.
-    pub(crate) inv_t32: f32,
+    inv_t32: f32,
     /// `1 / T` in `f64`, for the precise weights.
     inv_t: f64,
     /// Roundings in the fast weights' argument once the subtraction's error is added
     /// back: the product unless `1 / T` is 1, and `1 / T` itself unless it is exact in
     /// `f32`.
-    pub(crate) steps: f64,
+    steps: f64,
 }
 
 impl Frame {
@@ -75,10 +75,17 @@ impl Frame {
         }
     }
 
+    /// Roundings in the fast weights' argument, in units of `2^-24 |s|` (1e30 where the
+    /// fast weights do not hold, so that every bound built on it sends the decision to
+    /// the precise weights).
+    pub(crate) fn steps(&self) -> f64 {
+        self.steps
+    }
+
     /// `(l - max) / T` in `f32` arithmetic (a multiplication by `1 / T`): monotone
     /// non-decreasing in `l`, within `2.5e-7 |s|` of the exact value.
     #[inline(always)]
-    fn s32(&self, l: f32) -> f32 {
+    pub(crate) fn s32(&self, l: f32) -> f32 {
         (l - self.max) * self.inv_t32
     }
 
