@@ -130,23 +130,45 @@ pub(crate) fn compress_tail<T: Logit, const MARKS: bool>(
 
 /// The maximum of `part` (whole chunks of [`LANES`]; `-inf` when empty), every entry
 /// added to the lane sums `sum` on the way (for the row's check): lane by lane, no
-/// branch.
+/// branch, four chunks at a time into four sets of sums and maxima (one running sum
+/// would wait for each addition before the next), added lane by lane at the end. A lane
+/// of `sum` ends NaN or `+inf` when an entry is (an addition never takes either back),
+/// or, rarely, when finite sums overflow; the caller then looks for the entry itself.
 ///
 /// Always inlined, so that [`simd::max_sum`](crate::simd::max_sum) can compile it for
 /// wider vectors.
 #[inline(always)]
 pub(crate) fn max_sum<T: Logit>(part: &[T], sum: &mut [f32; LANES]) -> f32 {
-    let mut m = [f32::NEG_INFINITY; LANES];
-    let mut acc = *sum;
-    for c in part.chunks_exact(LANES) {
-        let v = load(c);
-        for j in 0..LANES {
-            acc[j] += v[j];
-            m[j] = if v[j] > m[j] { v[j] } else { m[j] };
+    // Four chunks per step, each into its own sums and maxima: one running sum would
+    // wait for each addition before the next.
+    const WAYS: usize = 4;
+    let mut m = [[f32::NEG_INFINITY; LANES]; WAYS];
+    let mut acc = [[0.0f32; LANES]; WAYS];
+    acc[0] = *sum;
+    let mut blocks = part.chunks_exact(WAYS * LANES);
+    for b in &mut blocks {
+        for (w, c) in b.chunks_exact(LANES).enumerate() {
+            let v = load(c);
+            for j in 0..LANES {
+                acc[w][j] += v[j];
+                m[w][j] = if v[j] > m[w][j] { v[j] } else { m[w][j] };
+            }
         }
     }
-    *sum = acc;
-    crate::adjust::lanes_max(&m)
+    for c in blocks.remainder().chunks_exact(LANES) {
+        let v = load(c);
+        for j in 0..LANES {
+            acc[0][j] += v[j];
+            m[0][j] = if v[j] > m[0][j] { v[j] } else { m[0][j] };
+        }
+    }
+    for j in 0..LANES {
+        sum[j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+        for w in 1..WAYS {
+            m[0][j] = if m[w][j] > m[0][j] { m[w][j] } else { m[0][j] };
+        }
+    }
+    crate::adjust::lanes_max(&m[0])
 }
 
 /// What [`weigh`] found: the sum of the weights, the least of the values (`+inf` when
@@ -481,8 +503,42 @@ mod tests {
         assert_eq!(threshold(1.0, 1.0, 0.5), 1.0f32.next_up());
     }
 
+    /// The maximum is the plain one, and the sums flag a NaN or `+inf` anywhere (and
+    /// nothing for `-inf`), on every copy and for parts of any number of chunks.
+    #[test]
+    fn max_sum_finds_the_maximum_and_flags_the_row() {
+        let mut x = 0x6a09_e667_f3bc_c909u64;
+        for chunks in [0, 1, 3, 4, 5, 8, 11] {
+            let n = chunks * LANES;
+            let row = crate::test_rows::uniform_row(&mut x, n, 40.0, 7, 2);
+            let flagged = |row: &[f32]| {
+                let (mut a, mut b) = ([0.0f32; LANES], [0.0f32; LANES]);
+                let m = max_sum(row, &mut a);
+                let m2 = crate::simd::max_sum(row, &mut b);
+                assert_eq!(m.to_bits(), m2.to_bits());
+                let flag = |s: &[f32; LANES]| s.iter().any(|&v| crate::adjust::not_finite_above(v));
+                assert_eq!(flag(&a), flag(&b));
+                (m, flag(&a))
+            };
+            let plain = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(flagged(&row), (plain, false), "{chunks} chunks");
+            for at in (0..n).step_by(13) {
+                for bad in [f32::NAN, f32::INFINITY] {
+                    let mut r = row.clone();
+                    r[at] = bad;
+                    assert!(flagged(&r).1, "{bad} at {at} of {n}");
+                }
+                let mut r = row.clone();
+                r[at] = f32::NEG_INFINITY;
+                assert!(!flagged(&r).1);
+            }
+        }
+    }
+
     /// Every unmarked entry above the threshold, in id order, marks or not, over a row
-    /// with a ragged tail.
+    /// with a ragged tail, from every copy of the pass this CPU runs, on `f32`, `f16` and
+    /// `bf16`: densities from none through sparse (a few per block of 64) and about a
+    /// quarter (where a block's count crosses 16) to every entry.
     #[test]
     fn compress_takes_every_unmarked_entry_above() {
         let mut x = 0x853c_49e6_748f_ea9bu64;
@@ -491,31 +547,48 @@ mod tests {
         let marks: Vec<u32> = (0..n.div_ceil(32) as u32)
             .map(|w| w.wrapping_mul(0x9e37_79b9) ^ 0x0f0f_5555)
             .collect();
+        let halves: Vec<half::f16> = row.iter().map(|&l| half::f16::from_f32(l)).collect();
+        let brains: Vec<half::bf16> = row.iter().map(|&l| half::bf16::from_f32(l)).collect();
         for m in [None, Some(&marks[..])] {
             for (above, upto) in [
                 (f32::NEG_INFINITY, f32::INFINITY),
                 (-1.0, f32::INFINITY),
                 (0.5, 1.25),
+                (1.3, f32::INFINITY),
                 (2.9, f32::INFINITY),
                 (-0.5, -0.5),
                 (f32::INFINITY, f32::INFINITY),
             ] {
-                let (mut vals, mut ids) = (Vec::new(), Vec::new());
-                compress_portable(&row, m, (above, upto), &mut vals, &mut ids);
-                let want: Vec<u32> = (0..n)
-                    .filter(|&i| row[i] > above && row[i] <= upto)
-                    .filter(|&i| !m.is_some_and(|m| is_marked(m, i)))
-                    .map(|i| i as u32)
-                    .collect();
-                assert_eq!(ids, want);
-                assert!(vals.iter().zip(&ids).all(|(&v, &i)| v == row[i as usize]));
-                let (mut v2, mut i2) = (Vec::new(), Vec::new());
-                crate::simd::compress(&row, m, (above, upto), &mut v2, &mut i2);
-                assert_eq!(i2, ids);
-                assert_eq!(v2, vals);
+                let bounds = (above, upto);
+                let ids = check_copies(&row, m, bounds);
                 assert!(!ids.is_empty() || above > 2.0 || upto == above, "{above}");
+                check_copies(&halves, m, bounds);
+                check_copies(&brains, m, bounds);
             }
         }
+    }
+
+    /// Checks every copy of the collecting pass against the plain filter on `row`;
+    /// returns the ids.
+    fn check_copies<T: Logit>(row: &[T], m: Option<&[u32]>, (above, upto): (f32, f32)) -> Vec<u32> {
+        let plain: Vec<f32> = row.iter().map(|x| x.to_f32()).collect();
+        let want: Vec<u32> = (0..row.len())
+            .filter(|&i| plain[i] > above && plain[i] <= upto)
+            .filter(|&i| !m.is_some_and(|m| is_marked(m, i)))
+            .map(|i| i as u32)
+            .collect();
+        let copies = crate::simd::compress_copies(row, m, (above, upto));
+        assert!(copies.len() >= 2);
+        for (name, vals, ids) in copies {
+            assert_eq!(ids, want, "{name} {above} {upto}");
+            assert!(
+                vals.iter()
+                    .zip(&ids)
+                    .all(|(&v, &i)| v.to_bits() == plain[i as usize].to_bits()),
+                "{name}"
+            );
+        }
+        want
     }
 
     /// The weights are the histogram's fast weights, and the masses above a point their

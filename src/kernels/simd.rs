@@ -417,10 +417,13 @@ fn block_masks_avx2<T: Logit, const MARKS: bool>(
 }
 
 /// [`flat::compress_portable`] into emptied `vals` and `ids` (the entries in
-/// `(above, upto]`), on the widest vectors the CPU has. The AVX-512 copy compresses each chunk of 16 entries and their ids into the
-/// front of a vector with the comparison's mask (`vcompressps`, register form) and
-/// stores all 16 lanes, the next chunk's overwriting the unused ones: no branch depends
-/// on the entries. Every copy gives the same entries (the test in `flat` checks it).
+/// `(above, upto]`), on the widest vectors the CPU has. The AVX-512 copy compresses each
+/// chunk of 16 entries into the front of a vector with the comparison's mask
+/// (`vcompressps`, register form) and stores all 16 lanes, the next chunk's overwriting
+/// the unused ones: no branch depends on the entries. Their ids come the same way, or,
+/// where the CPU has AVX-512 VBMI2, from one byte compress per four chunks (`vpcompressb`
+/// of the lane numbers 0-63, widened to ids): one compress of ids instead of four. Every
+/// copy gives the same entries (the test in `flat` runs each).
 pub(crate) fn compress<T: Logit>(
     row: &[T],
     marks: Option<&[u32]>,
@@ -428,27 +431,91 @@ pub(crate) fn compress<T: Logit>(
     vals: &mut Vec<f32>,
     ids: &mut Vec<TokenId>,
 ) {
+    compress_up_to(row, marks, above, vals, ids, true);
+}
+
+/// [`compress`] on the widest copy the CPU runs, the VBMI2 one only with `vbmi2`.
+fn compress_up_to<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    above: (f32, f32),
+    vals: &mut Vec<f32>,
+    ids: &mut Vec<TokenId>,
+    vbmi2: bool,
+) {
     vals.clear();
     ids.clear();
     #[cfg(target_arch = "x86_64")]
-    let popcnt = std::is_x86_feature_detected!("popcnt");
-    match (level(), marks) {
-        // SAFETY: `level` found the CPU supports AVX-512 F, BW and VL, and FMA, and the
-        // test above POPCNT.
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx512, None) if popcnt => unsafe {
-            compress_avx512::<T, false>(row, &[], above, vals, ids)
-        },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx512, Some(m)) if popcnt => unsafe {
-            compress_avx512::<T, true>(row, m, above, vals, ids)
-        },
-        // SAFETY: `level` found the CPU supports AVX2 and FMA (which AVX-512 implies).
-        #[cfg(target_arch = "x86_64")]
-        (Level::Avx2 | Level::Avx512, _) => unsafe { compress_avx2(row, marks, above, vals, ids) },
-        _ => flat::compress_portable(row, marks, above, vals, ids),
+    {
+        use std::is_x86_feature_detected as has;
+        if level() == Level::Avx512 && has!("popcnt") {
+            let vbmi2 = vbmi2 && has!("avx512vbmi2");
+            match (vbmi2, marks) {
+                // SAFETY: `level` found the CPU supports AVX-512 F, BW and VL, and FMA;
+                // the tests above POPCNT and VBMI2.
+                (true, None) => unsafe { compress_vbmi2::<T, false>(row, &[], above, vals, ids) },
+                // SAFETY: as above.
+                (true, Some(m)) => unsafe { compress_vbmi2::<T, true>(row, m, above, vals, ids) },
+                // SAFETY: `level` found the CPU supports AVX-512 F, BW and VL, and FMA;
+                // the test above POPCNT.
+                (false, None) => unsafe { compress_avx512::<T, false>(row, &[], above, vals, ids) },
+                // SAFETY: as above.
+                (false, Some(m)) => unsafe { compress_avx512::<T, true>(row, m, above, vals, ids) },
+            }
+            return;
+        }
+        if level() == Level::Avx2 {
+            // SAFETY: `level` found the CPU supports AVX2 and FMA.
+            unsafe { compress_avx2(row, marks, above, vals, ids) };
+            return;
+        }
     }
+    flat::compress_portable(row, marks, above, vals, ids);
+}
+
+/// Every copy of [`compress`] this CPU can run, by name, each into its own vectors.
+#[cfg(test)]
+pub(crate) fn compress_copies<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    above: (f32, f32),
+) -> Vec<(&'static str, Vec<f32>, Vec<TokenId>)> {
+    let mut out = Vec::new();
+    let mut run = |name, copy: &dyn Fn(&mut Vec<f32>, &mut Vec<TokenId>)| {
+        // (Stale contents, which every copy must clear.)
+        let (mut v, mut i) = (vec![7.0; 3], vec![7; 3]);
+        copy(&mut v, &mut i);
+        out.push((name, v, i));
+    };
+    run("portable", &|v, i| {
+        v.clear();
+        i.clear();
+        flat::compress_portable(row, marks, above, v, i)
+    });
+    run("dispatched", &|v, i| compress(row, marks, above, v, i));
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::is_x86_feature_detected as has;
+        if has!("avx2") && has!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA, just checked.
+            run("avx2", &|v, i| unsafe {
+                v.clear();
+                i.clear();
+                compress_avx2(row, marks, above, v, i)
+            });
+        }
+        if level() == Level::Avx512 && has!("popcnt") {
+            run("avx512", &|v, i| {
+                compress_up_to(row, marks, above, v, i, false)
+            });
+            if has!("avx512vbmi2") {
+                run("avx512vbmi2", &|v, i| {
+                    compress_up_to(row, marks, above, v, i, true)
+                });
+            }
+        }
+    }
+    out
 }
 
 /// [`compress`] with AVX2: the portable code, compiled for it.
@@ -471,32 +538,70 @@ fn compress_avx2<T: Logit>(
 fn compress_avx512<T: Logit, const MARKS: bool>(
     row: &[T],
     marks: &[u32],
-    (above, upto): (f32, f32),
+    bounds: (f32, f32),
     vals: &mut Vec<f32>,
     ids: &mut Vec<TokenId>,
 ) {
-    use std::arch::x86_64::*;
-    const _: () = assert!(LANES == 16);
     let whole = row.len() / LANES * LANES;
     // (Room for every entry and one spare vector: no allocation once the scratch holds
     // it.)
     vals.reserve(whole + LANES);
     ids.reserve(whole + LANES);
-    let (pv, pi) = (vals.as_mut_ptr(), ids.as_mut_ptr());
+    // SAFETY: `vals` and `ids` are empty with room for `whole + 16` entries; the chunks
+    // keep at most `whole` of them.
+    let n = unsafe {
+        compress_chunks::<T, MARKS>(
+            row,
+            marks,
+            0..whole / LANES,
+            bounds,
+            (vals.as_mut_ptr(), ids.as_mut_ptr()),
+            0,
+        )
+    };
+    // SAFETY: the first `n` slots of both were written (`n` is within capacity).
+    unsafe {
+        vals.set_len(n);
+        ids.set_len(n);
+    }
+    flat::compress_tail::<T, MARKS>(row, marks, whole, bounds, vals, ids);
+}
+
+/// The entries in `(above, upto]` of the chunks `chunks` of 16 (by number) of `row`,
+/// unmarked, written from slot `n` of `pv` and `pi` in id order, each chunk's store
+/// covering 16 slots; returns the new `n`.
+///
+/// # Safety
+/// The CPU supports AVX-512 F, BW and VL, FMA and POPCNT; `pv` and `pi` are valid for
+/// writes of `n + 16 * chunks.len()` slots; `marks` covers the chunks when `MARKS`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,popcnt")]
+#[inline]
+unsafe fn compress_chunks<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    chunks: std::ops::Range<usize>,
+    (above, upto): (f32, f32),
+    (pv, pi): (*mut f32, *mut TokenId),
+    mut n: usize,
+) -> usize {
+    use std::arch::x86_64::*;
+    const _: () = assert!(LANES == 16);
     let (t, u) = (_mm512_set1_ps(above), _mm512_set1_ps(upto));
-    let mut idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let first = chunks.start as i32 * LANES as i32;
+    let mut idx = _mm512_add_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(first),
+    );
     let step = _mm512_set1_epi32(LANES as i32);
-    let mut n = 0usize;
-    for (c, chunk) in row[..whole].chunks_exact(LANES).enumerate() {
+    let span = &row[chunks.start * LANES..chunks.end * LANES];
+    for (c, chunk) in (chunks.start..).zip(span.chunks_exact(LANES)) {
         let v = load(chunk);
         // SAFETY: `v` holds 16 `f32`.
         let x = unsafe { _mm512_loadu_ps(v.as_ptr()) };
-        // Ordered: a NaN compares false, as with `>`.
-        let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, t)
-            & _mm512_cmp_ps_mask::<_CMP_LE_OQ>(x, u)
-            & !(lane_marks_if::<MARKS>(marks, c * LANES) as u16);
-        // SAFETY: `n <= c * 16`, so the 16 slots from `n` lie within the capacity of
-        // `whole + 16` reserved above.
+        let keep = keep_mask::<MARKS>(x, t, u, marks, c);
+        // SAFETY: `n` grows by at most 16 per chunk, so the 16 slots from `n` lie within
+        // the `n + 16 * chunks.len()` the caller made room for.
         unsafe {
             _mm512_storeu_ps(pv.add(n), _mm512_maskz_compress_ps(keep, x));
             _mm512_storeu_si512(pi.add(n).cast(), _mm512_maskz_compress_epi32(keep, idx));
@@ -504,12 +609,115 @@ fn compress_avx512<T: Logit, const MARKS: bool>(
         n += keep.count_ones() as usize;
         idx = _mm512_add_epi32(idx, step);
     }
-    // SAFETY: the first `n` slots of both were written above (`n` is within capacity).
+    n
+}
+
+/// The lanes of chunk `c` (its values `x`) that [`compress`] keeps: in `(t, u]` and,
+/// with `MARKS`, unmarked.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
+#[inline]
+fn keep_mask<const MARKS: bool>(
+    x: std::arch::x86_64::__m512,
+    t: std::arch::x86_64::__m512,
+    u: std::arch::x86_64::__m512,
+    marks: &[u32],
+    c: usize,
+) -> u16 {
+    use std::arch::x86_64::*;
+    // Ordered: a NaN compares false, as with `>`.
+    _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, t)
+        & _mm512_cmp_ps_mask::<_CMP_LE_OQ>(x, u)
+        & !(lane_marks_if::<MARKS>(marks, c * LANES) as u16)
+}
+
+/// The 16 bytes of `q`, each widened to 32 bits and added to `base`'s lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
+#[inline]
+fn widen(
+    q: std::arch::x86_64::__m128i,
+    base: std::arch::x86_64::__m512i,
+) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    _mm512_add_epi32(_mm512_cvtepu8_epi32(q), base)
+}
+
+/// [`compress`] with AVX-512 and VBMI2 (`vals` and `ids` empty on entry): per block of
+/// four chunks, each chunk's values as in [`compress_avx512`], and the block's ids from
+/// one `vpcompressb` of the lane numbers 0-63 under the four masks, widened to 32 bits
+/// and offset by the block's first id. The first 16 ids are always stored; the other 48
+/// only when the block keeps more than 16 entries (rare on the rows min-p collects from,
+/// and then the branch is predictable on a dense row).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi2,fma,popcnt")]
+fn compress_vbmi2<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    bounds: (f32, f32),
+    vals: &mut Vec<f32>,
+    ids: &mut Vec<TokenId>,
+) {
+    use std::arch::x86_64::*;
+    const _: () = assert!(BLOCK == 4 * LANES);
+    let whole = row.len() / LANES * LANES;
+    let blocks = row.len() / BLOCK;
+    // (Room for every entry and one spare vector: a block's stores end at most 64
+    // slots after its first, which is at most its first id.)
+    vals.reserve(whole + LANES);
+    ids.reserve(whole + LANES);
+    let (pv, pi) = (vals.as_mut_ptr(), ids.as_mut_ptr());
+    let (t, u) = (_mm512_set1_ps(bounds.0), _mm512_set1_ps(bounds.1));
+    let lanes = _mm512_set_epi8(
+        63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41,
+        40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,
+    );
+    let mut n = 0usize;
+    for (b, block) in row[..blocks * BLOCK].chunks_exact(BLOCK).enumerate() {
+        let first = n;
+        let mut all = 0u64;
+        for (q, chunk) in block.chunks_exact(LANES).enumerate() {
+            let c = 4 * b + q;
+            let v = load(chunk);
+            // SAFETY: `v` holds 16 `f32`.
+            let x = unsafe { _mm512_loadu_ps(v.as_ptr()) };
+            let keep = keep_mask::<MARKS>(x, t, u, marks, c);
+            // SAFETY: `n <= c * 16`, so the 16 slots from `n` lie within the capacity
+            // of `whole + 16` reserved above.
+            unsafe { _mm512_storeu_ps(pv.add(n), _mm512_maskz_compress_ps(keep, x)) };
+            n += keep.count_ones() as usize;
+            all |= u64::from(keep) << (q * LANES);
+        }
+        let kept = _mm512_maskz_compress_epi8(all, lanes);
+        let base = _mm512_set1_epi32((b * BLOCK) as i32);
+        let q0 = widen(_mm512_castsi512_si128(kept), base);
+        // SAFETY: `first <= b * 64`, so the 64 slots from `first` lie within the first
+        // `(b + 1) * 64 <= whole` slots of the capacity.
+        unsafe { _mm512_storeu_si512(pi.add(first).cast(), q0) };
+        if n - first > LANES {
+            let q1 = widen(_mm512_extracti32x4_epi32::<1>(kept), base);
+            let q2 = widen(_mm512_extracti32x4_epi32::<2>(kept), base);
+            let q3 = widen(_mm512_extracti32x4_epi32::<3>(kept), base);
+            // SAFETY: as above.
+            unsafe {
+                _mm512_storeu_si512(pi.add(first + 16).cast(), q1);
+                _mm512_storeu_si512(pi.add(first + 32).cast(), q2);
+                _mm512_storeu_si512(pi.add(first + 48).cast(), q3);
+            }
+        }
+    }
+    // SAFETY: `n <= blocks * 64`, and the chunks after the blocks write at most 16
+    // slots each from it: within `whole + 16`.
+    let n = unsafe {
+        compress_chunks::<T, MARKS>(row, marks, blocks * 4..whole / LANES, bounds, (pv, pi), n)
+    };
+    // SAFETY: the first `n` slots of both were written (`n` is within capacity).
     unsafe {
         vals.set_len(n);
         ids.set_len(n);
     }
-    flat::compress_tail::<T, MARKS>(row, marks, whole, (above, upto), vals, ids);
+    flat::compress_tail::<T, MARKS>(row, marks, whole, bounds, vals, ids);
 }
 
 dispatch!(
