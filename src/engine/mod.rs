@@ -3733,9 +3733,10 @@ fn draw_flat(
     // Once the window holds at most half of the survivors, its entries are compacted
     // into `win` (logits), `win_w` (fast weights) and `win_at` (places in `flat`), and
     // the passes after read those alone, adding the mass and count above the window as
-    // it was then (`base`). The compaction costs about one pass over the survivors and
-    // saves at least half of one on every pass after it. (Either way a mass is a sum of
-    // the same weights in another order, within the same bound.)
+    // it was then (`base`); again each time the window holds at most half of the
+    // compacted entries. A compaction costs about one pass over the entries it reads
+    // and saves at least half of one on every pass after it. (Either way a mass is a
+    // sum of the same weights in another order, within the same bound.)
     let mut base: Option<(f64, usize)> = None;
     // The model describes survivors above a threshold, whose count falls as the logit
     // rises. Every token of a row rises from its least before it falls (a bell, not a
@@ -3767,8 +3768,17 @@ fn draw_flat(
         if n <= FLAT_WINDOW {
             break;
         }
-        if base.is_none() && 2 * n <= s.flat.len() {
-            compact_window(s, (lo, hi));
+        let compacted = if base.is_some() {
+            s.win.len()
+        } else {
+            s.flat.len()
+        };
+        if 2 * n <= compacted {
+            if base.is_some() {
+                narrow_window(s, (lo, hi));
+            } else {
+                compact_window(s, (lo, hi));
+            }
             base = Some((m_hi, n_hi));
         }
         // Where the mass would pass the target if it were spread over the window's
@@ -3821,16 +3831,20 @@ fn draw_flat(
         slow = !slow && 4 * (n_lo - n_hi) > before;
     }
     let _ = m_lo;
-    if base.is_none() {
-        crate::simd::compress(&s.flat, None, (lo, hi), &mut s.win, &mut s.win_at);
-    }
     s.cand2.clear();
     let ids = &s.flat_ids;
-    s.cand2.extend(
-        (s.win.iter().zip(&s.win_at))
-            .filter(|&(&l, _)| l > lo && l <= hi)
-            .map(|(&l, &i)| (l, ids[i as usize])),
-    );
+    if base.is_none() {
+        crate::simd::compress(&s.flat, None, (lo, hi), &mut s.win, &mut s.win_at);
+        let at = &s.win_at;
+        s.cand2
+            .extend((s.win.iter().zip(at)).map(|(&l, &i)| (l, ids[i as usize])));
+    } else {
+        crate::simd::compress(&s.win, None, (lo, hi), &mut s.win2, &mut s.win2_at);
+        let at = &s.win_at;
+        s.cand2.extend(
+            (s.win2.iter().zip(&s.win2_at)).map(|(&l, &k)| (l, ids[at[k as usize] as usize])),
+        );
+    }
     crate::order::sort(&mut s.cand2, &mut s.keys);
     fill_weights(&s.cand2, f.max, t, &mut s.weight2);
     let mut c = m_hi;
@@ -3901,6 +3915,25 @@ fn compact_window(s: &mut Scratch, (lo, hi): (f32, f32)) {
     let w = &s.flat_w;
     s.win_w.clear();
     s.win_w.extend(s.win_at.iter().map(|&i| w[i as usize]));
+}
+
+/// The entries of the compacted window (`win`, `win_at`, `win_w`) in `(lo, hi]`, a
+/// narrower window, in their place: the same three vectors, in id order.
+fn narrow_window(s: &mut Scratch, (lo, hi): (f32, f32)) {
+    crate::simd::compress(&s.win, None, (lo, hi), &mut s.win2, &mut s.win2_at);
+    // (Each kept entry's place in `win` is at least its new one, and the places rise:
+    // the entry read at step `j` has not been written over yet.)
+    for (j, &k) in s.win2_at.iter().enumerate() {
+        let k = k as usize;
+        s.win_at[j] = s.win_at[k];
+        s.win_w[j] = s.win_w[k];
+    }
+    let m = s.win2.len();
+    s.win_at.truncate(m);
+    s.win_w.truncate(m);
+    // (A copy, not a swap: `win` keeps its room for a whole row.)
+    s.win.clear();
+    s.win.extend_from_slice(&s.win2);
 }
 
 /// [`flat::mass_above`](crate::flat::mass_above) of `scratch.flat` at the two points
@@ -4056,7 +4089,7 @@ mod tests {
     /// it are those of the whole set of survivors: the window's own entries above the
     /// point plus those above the window, within the bound of two `f64` sums of the same
     /// weights; and the window holds exactly the entries in `(lo, hi]`, with their
-    /// weights.
+    /// weights. The same once it is narrowed in place, and it keeps its room.
     #[test]
     fn a_compacted_window_gives_the_masses_of_the_whole_set() {
         let mut x = 0x0bad_5eed_1234_5678u64;
@@ -4093,7 +4126,29 @@ mod tests {
                 assert_eq!(g.1, w.1, "count above a point, window ({lo}, {hi}]");
                 assert!((g.0 - w.0).abs() <= bound, "{} vs {}", g.0, w.0);
             }
+            // Narrowed in place to its middle third: the entries of `flat` there, and
+            // the masses again from the mass above the new window.
+            let base = mass_above_in(&s, None, [xb, xb])[0];
+            narrow_window(&mut s, (xa, xb));
+            let inside: Vec<usize> = (0..s.flat.len())
+                .filter(|&i| s.flat[i] > xa && s.flat[i] <= xb)
+                .collect();
+            assert_eq!(s.win_at.len(), inside.len());
+            assert_eq!((s.win.len(), s.win_w.len()), (inside.len(), inside.len()));
+            for (k, &i) in inside.iter().enumerate() {
+                assert_eq!(s.win_at[k] as usize, i);
+                assert_eq!((s.win[k], s.win_w[k]), (s.flat[i], s.flat_w[i]));
+            }
+            let x = xa + (xb - xa) / 2.0;
+            let want = mass_above_in(&s, None, [x, x]);
+            let got = mass_above_in(&s, Some(base), [x, x]);
+            assert_eq!(got[0].1, want[0].1, "count above {x}, window ({xa}, {xb}]");
+            assert!((got[0].0 - want[0].0).abs() <= bound);
         }
+        assert!(
+            s.win.capacity() >= s.flat.len(),
+            "the window keeps its room"
+        );
     }
 
     /// A chain of `stage`, then temperature 0.8 and the draw, over `n` tokens.

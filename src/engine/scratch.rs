@@ -39,6 +39,11 @@ pub(crate) struct Scratch {
     pub(crate) win: Vec<f32>,
     pub(crate) win_at: Vec<TokenId>,
     pub(crate) win_w: Vec<f32>,
+    /// The entries of a compacted window (`win`) within a narrower one: their logits
+    /// and their places in `win`. A compacted window holds at most half of `flat`, so
+    /// these have room for half a row and two vectors more.
+    pub(crate) win2: Vec<f32>,
+    pub(crate) win2_at: Vec<TokenId>,
     /// Histogram: count and mass per bucket.
     pub(crate) hist_count: Vec<u32>,
     pub(crate) hist_mass: Vec<f64>,
@@ -80,6 +85,8 @@ impl Scratch {
             win: with_capacity(vocab_size + crate::adjust::LANES)?,
             win_at: with_capacity(vocab_size + crate::adjust::LANES)?,
             win_w: with_capacity(vocab_size + crate::adjust::LANES)?,
+            win2: with_capacity(vocab_size / 2 + 2 * crate::adjust::LANES)?,
+            win2_at: with_capacity(vocab_size / 2 + 2 * crate::adjust::LANES)?,
             seeds: with_capacity(vocab_size / crate::adjust::BLOCK + 1)?,
             overlay: crate::adjust::Overlay::try_new(vocab_size)?,
             counts: Vec::new(),
