@@ -105,7 +105,9 @@ pub enum SimdLevel {
     Portable,
     /// The copies compiled for AVX2 with FMA (8 `f32` lanes).
     Avx2,
-    /// The copies compiled for AVX-512 F, BW and VL with FMA (16 `f32` lanes).
+    /// The copies compiled for AVX-512 F, BW and VL with FMA (16 `f32` lanes). The
+    /// pass that collects a flat row's survivors also uses VBMI2 and POPCNT where the
+    /// CPU has them (the same entries either way).
     Avx512,
 }
 
