@@ -3653,7 +3653,8 @@ fn flat_min_p<U: Logit>(
 fn weigh_flat(s: &mut Scratch, max: f32, t: f32, whole: bool) -> Survivors {
     let f = Frame::new(max, t);
     let n = s.flat.len();
-    s.flat_w.clear();
+    // (Every slot is written by the pass: grown without clearing first, the vector is
+    // zeroed only beyond the length it had, not over the whole row each step.)
     s.flat_w.resize(n, 0.0);
     let weighed = crate::simd::weigh(&s.flat, f, &mut s.flat_w);
     let (total, floor) = (weighed.total, weighed.least);
