@@ -649,8 +649,8 @@ fn widen(
 /// four chunks, each chunk's values as in [`compress_avx512`], and the block's ids from
 /// one `vpcompressb` of the lane numbers 0-63 under the four masks, widened to 32 bits
 /// and offset by the block's first id. The first 16 ids are always stored; the other 48
-/// only when the block keeps more than 16 entries (rare on the rows min-p collects from,
-/// and then the branch is predictable on a dense row).
+/// only when the block keeps more than 16 entries: rare on the rows min-p collects from,
+/// the rule on a row drawn whole, and a predictable branch on both.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi2,fma,popcnt")]
 fn compress_vbmi2<T: Logit, const MARKS: bool>(
