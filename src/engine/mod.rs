@@ -3775,11 +3775,7 @@ fn draw_flat(
             s.flat.len()
         };
         if 2 * n <= compacted {
-            if base.is_some() {
-                narrow_window(s, (lo, hi));
-            } else {
-                compact_window(s, (lo, hi));
-            }
+            keep_window(s, base.is_some(), (lo, hi));
             base = Some((m_hi, n_hi));
         }
         // Where the mass would pass the target if it were spread over the window's
@@ -3832,20 +3828,11 @@ fn draw_flat(
         slow = !slow && 4 * (n_lo - n_hi) > before;
     }
     let _ = m_lo;
+    keep_window(s, base.is_some(), (lo, hi));
     s.cand2.clear();
     let ids = &s.flat_ids;
-    if base.is_none() {
-        crate::simd::compress(&s.flat, None, (lo, hi), &mut s.win, &mut s.win_at);
-        let at = &s.win_at;
-        s.cand2
-            .extend((s.win.iter().zip(at)).map(|(&l, &i)| (l, ids[i as usize])));
-    } else {
-        crate::simd::compress(&s.win, None, (lo, hi), &mut s.win2, &mut s.win2_at);
-        let at = &s.win_at;
-        s.cand2.extend(
-            (s.win2.iter().zip(&s.win2_at)).map(|(&l, &k)| (l, ids[at[k as usize] as usize])),
-        );
-    }
+    s.cand2
+        .extend((s.win.iter().zip(&s.win_at)).map(|(&l, &i)| (l, ids[i as usize])));
     crate::order::sort(&mut s.cand2, &mut s.keys);
     fill_weights(&s.cand2, f.max, t, &mut s.weight2);
     let mut c = m_hi;
@@ -3916,6 +3903,16 @@ fn compact_window(s: &mut Scratch, (lo, hi): (f32, f32)) {
     let w = &s.flat_w;
     s.win_w.clear();
     s.win_w.extend(s.win_at.iter().map(|&i| w[i as usize]));
+}
+
+/// The window `(lo, hi]` into `win`, `win_at` and `win_w`: from the window compacted
+/// before when `compacted` ([`narrow_window`]), else from `flat` ([`compact_window`]).
+fn keep_window(s: &mut Scratch, compacted: bool, window: (f32, f32)) {
+    if compacted {
+        narrow_window(s, window);
+    } else {
+        compact_window(s, window);
+    }
 }
 
 /// The entries of the compacted window (`win`, `win_at`, `win_w`) in `(lo, hi]`, a

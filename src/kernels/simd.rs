@@ -466,8 +466,8 @@ fn compress_up_to<T: Logit>(
             }
             return;
         }
-        if level() == Level::Avx2 {
-            // SAFETY: `level` found the CPU supports AVX2 and FMA.
+        if matches!(level(), Level::Avx2 | Level::Avx512) {
+            // SAFETY: `level` found the CPU supports AVX2 and FMA (which AVX-512 implies).
             unsafe { compress_avx2(row, marks, above, vals, ids) };
             return;
         }
