@@ -287,7 +287,9 @@
 //! checks that every copy gives the same results as the portable code: bit for bit, and
 //! for the row's total mass, whose wide copies fuse multiply-adds, within the error bound
 //! that decides whether the fast mass may take a decision, so that no token depends on
-//! the CPU.
+//! the CPU. The whole-row probabilities of `probabilities` fuse their multiply-adds on
+//! every CPU that has FMA (the same values on all of them); an x86-64 CPU without FMA
+//! computes them unfused, within the same bound, and may differ in the last bits.
 
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -680,8 +680,10 @@ impl Engine {
     /// span by `exp((used - max) / T) / Z`, computed in `f64` and rounded once to `f32`;
     /// the logprobs are `(l - max) / T - ln Z` in `f64`, rounded once. The probabilities
     /// are within `1e-6` (relative) of the exact ones (the sum of the bounds is below
-    /// `6.3e-7`), or `2e-38` (absolute) for those below `e^-87`. No multiply-add is
-    /// fused, so every SIMD level writes the same values.
+    /// `6.3e-7`), or `2e-38` (absolute) for those below `e^-87`. The weights' multiply-adds
+    /// are fused on every CPU that has FMA, which all write the same values; an x86-64
+    /// CPU without FMA writes them unfused, within the same bound
+    /// ([`mass::weights_into_in`](crate::mass::weights_into_in)).
     fn softmax_into<T: Logit>(
         &mut self,
         row: &[T],
@@ -3184,10 +3186,11 @@ fn softmax_in<T: Logit>(
         // Each span's weights, relative to its running maximum, times
         // `exp((used - max) / T) / Z` rounded once to `f32` (as `1 / Z` was).
         let len = crate::mass::span_len(row.len());
-        for (o, &u) in out.chunks_mut(len).zip(&used) {
-            let k = (weight(u) / z) as f32;
-            o.iter_mut().for_each(|x| *x *= k);
+        let spans = row.len().div_ceil(len);
+        for u in &mut used[..spans] {
+            *u = (weight(*u) / z) as f32;
         }
+        crate::mass::scale_spans(out, &used[..spans], len);
         for &(id, l) in &ov.patch {
             out[id as usize] = probability(weight(l), z, false);
         }

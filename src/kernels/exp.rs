@@ -67,7 +67,10 @@ const ROUND_F32: f32 = 12_582_912.0;
 const MIN_ARG_F32: f32 = -87.0;
 /// Bound on the relative error of [`exp_neg_f32`] for arguments in `[-87, 0]` (the
 /// polynomial and its rounding: an exhaustive check of every `f32` in `[-87, 0]` against
-/// `f64::exp` found at most `8.31e-8`; the test below samples the range).
+/// `f64::exp` found at most `8.31e-8`; the test below samples the range), and for
+/// arguments in `(0, 64]`, which the one-pass weights may take
+/// ([`RISE_MAX`](crate::mass::RISE_MAX)): the same check found at most `8.20e-8`
+/// (`8.42e-8` fused).
 pub(crate) const F32_REL_ERROR: f64 = 1.2e-7;
 /// Bound on the absolute error of [`exp_neg_f32`] below `-87`, where it returns `e^-87`.
 pub(crate) const F32_ABS_ERROR: f64 = 1.7e-38;
@@ -92,7 +95,20 @@ pub(crate) fn exp_neg_f32_with<const FUSED: bool>(x: f32) -> f32 {
     let t = mul_add::<FUSED>(x, std::f32::consts::LOG2_E, ROUND_F32);
     let k = t - ROUND_F32;
     // `x - k ln 2`, with `ln 2` in two parts (the first exact in 9 bits).
-    let r = mul_add::<FUSED>(k, 2.121_944_4e-4, mul_add::<FUSED>(k, -0.693_359_4, x));
+    let r = mul_add::<FUSED>(k, LN2_LO_F32, mul_add::<FUSED>(k, -LN2_HI_F32, x));
+    scale_poly::<FUSED>(r, t)
+}
+
+/// `ln 2` in two parts, as Cephes' `expf` splits it: the first exact in 9 bits (so that
+/// `k * LN2_HI_F32` is exact for `|k| < 2^15`), the second the rest, negated.
+const LN2_HI_F32: f32 = 0.693_359_4;
+const LN2_LO_F32: f32 = 2.121_944_4e-4;
+
+/// `e^r 2^k` for the reduced argument `r` (`|r| <= ln 2 / 2`, about) and `t`, the sum
+/// `k log2(e) + 1.5 * 2^23` whose low bits hold `k`: Cephes' polynomial, then `k` added
+/// to the exponent.
+#[inline(always)]
+fn scale_poly<const FUSED: bool>(r: f32, t: f32) -> f32 {
     let mut p = 1.987_569_1e-4f32;
     p = mul_add::<FUSED>(p, r, 1.398_199_9e-3);
     p = mul_add::<FUSED>(p, r, 8.333_452e-3);
@@ -103,6 +119,74 @@ pub(crate) fn exp_neg_f32_with<const FUSED: bool>(x: f32) -> f32 {
     p = mul_add::<FUSED>(p * r, r, r) + 1.0;
     let ki = t.to_bits().wrapping_sub(ROUND_F32.to_bits());
     f32::from_bits(p.to_bits().wrapping_add(ki << 23))
+}
+
+/// The error bound of [`exp_shifted_fused`] relative to `e^((l - at) / T)`: the
+/// polynomial and its scaling ([`F32_REL_ERROR`]) and the reduced argument's roundings
+/// (four, each within `2^-24` of a value below `0.41`: below `9.8e-8`; the splits of
+/// `ln 2`, `1 / T` and `at / T` add below `3e-9`), for arguments in `[-87, 64]`.
+#[cfg(test)]
+pub(crate) const SHIFTED_REL_ERROR: f64 = F32_REL_ERROR + 1.01e-7;
+
+/// The constants of [`exp_shifted_fused`] for a reference logit `at` and a temperature
+/// `T`: `1 / T` as `k + kl` (`k` the nearest `f32`, `kl` the rest), and `A = at / T` as
+/// `a_hi + a_lo` (`a_hi` a multiple of `2^-9`, `a_lo` the rest).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shift {
+    k_log2e: f32,
+    k: f32,
+    kl: f32,
+    a_hi: f32,
+    a_lo: f32,
+}
+
+impl Shift {
+    /// The constants for `at` and `t`, or `None` when `|at / T| >= 2^13`: beyond,
+    /// `a_hi + n LN2_HI` may not be exact in `f32` (24 bits from `2^14` down to `2^-9`).
+    pub(crate) fn new(at: f32, t: f32) -> Option<Self> {
+        let inv = 1.0 / f64::from(t);
+        let a = f64::from(at) * inv;
+        if a.is_nan() || a.abs() >= 8192.0 {
+            return None;
+        }
+        let k = inv as f32;
+        let a_hi = (a * 512.0).round() / 512.0;
+        Some(Self {
+            k_log2e: k * std::f32::consts::LOG2_E,
+            k,
+            kl: (inv - f64::from(k)) as f32,
+            a_hi: a_hi as f32,
+            a_lo: (a - a_hi) as f32,
+        })
+    }
+}
+
+/// `e^((l - at) / T)` for a logit `l`, `d` the `f32` difference `l - at` (rounded), and
+/// the [`Shift`] of `at` and `T` (`UNIT` when `T = 1`, where `k = 1` and `kl = 0`), for
+/// `(l - at) / T` in `[-87, 64]`, within `SHIFTED_REL_ERROR` (relative: the
+/// polynomial's [`F32_REL_ERROR`] and `1.01e-7` for the argument). Outside, the
+/// result is meaningless: the caller selects another value.
+///
+/// The argument is never rounded whole. Its multiple `n` of `ln 2` comes from `d`; then
+/// `b = a_hi + n LN2_HI` is exact, and the reduced argument
+/// `r = l (k + kl) - (a_hi + a_lo) - n ln 2` is `l k - b` in one fused rounding (the
+/// product exact inside it), then `l kl`, `n LN2_LO` and `-a_lo` each added in one more,
+/// every value below `0.41`. Only with fused multiply-adds (code compiled with the `fma`
+/// target feature, or where `f32::mul_add` is an instruction): elsewhere each would be a
+/// library call.
+#[inline(always)]
+pub(crate) fn exp_shifted_fused<const UNIT: bool>(l: f32, d: f32, s: &Shift) -> f32 {
+    // (Any `n` within about a half of `(l - at) / T / ln 2` will do: `r` is computed
+    // against the one taken.)
+    let t = d.mul_add(s.k_log2e, ROUND_F32);
+    let n = t - ROUND_F32;
+    let b = n.mul_add(LN2_HI_F32, s.a_hi);
+    let r = if UNIT {
+        l - b
+    } else {
+        l.mul_add(s.kl, l.mul_add(s.k, -b))
+    };
+    scale_poly::<true>(n.mul_add(LN2_LO_F32, r) - s.a_lo, t)
 }
 
 /// `a * b + c`, in one rounding when `FUSED`.
@@ -140,7 +224,8 @@ mod tests {
         // Unfused and fused (`f32::mul_add` is exact wherever it runs).
         for exp in [exp_neg_f32_with::<false>, exp_neg_f32_with::<true>] {
             let mut worst = 0.0f64;
-            let mut x = 0.0f32;
+            // Down to -87, and up to 64 (the one-pass weights' arguments above 0).
+            let mut x = 64.0f32;
             while x > MIN_ARG_F32 {
                 let exact = f64::from(x).exp();
                 let err = ((f64::from(exp(x)) - exact) / exact).abs();
@@ -154,6 +239,41 @@ mod tests {
         let low = f64::from(exp_neg_f32(-1e4));
         assert!(low > 0.0 && low <= F32_ABS_ERROR);
         assert!(f64::from(exp_neg_f32(f32::NEG_INFINITY)) <= F32_ABS_ERROR);
+    }
+
+    /// [`exp_shifted_fused`] against `f64`'s `exp` of the exact argument, over
+    /// `[-87, 64]` at temperatures from 0.05 to 20 and at 1, for references `at` whose
+    /// `at / T` runs from 0 to just inside the limit of [`Shift::new`].
+    #[test]
+    fn shifted_exp_is_within_its_bound() {
+        for t in [1.0f32, 0.05, 0.3, 0.6, 0.7, 0.8, 1.3, 1.9, 2.5, 20.0] {
+            let ats = [0.0f32, 13.37, -250.0, 4096.5, 8191.9, -8191.9].map(|a| a * t);
+            let shifts = ats.map(|at| Shift::new(at, t).unwrap());
+            let mut worst = 0.0f64;
+            let (mut i, mut x) = (0usize, 64.0f64 * f64::from(t));
+            while x / f64::from(t) > f64::from(MIN_ARG_F32) {
+                let (at, s) = (ats[i % ats.len()], &shifts[i % ats.len()]);
+                let l = (f64::from(at) + x) as f32;
+                let exact = (f64::from(l) - f64::from(at)) / f64::from(t);
+                let w = if t == 1.0 {
+                    exp_shifted_fused::<true>(l, l - at, s)
+                } else {
+                    exp_shifted_fused::<false>(l, l - at, s)
+                };
+                let want = exact.exp();
+                if exact > -87.0 && exact < 64.0 {
+                    worst = worst.max(((f64::from(w) - want) / want).abs());
+                }
+                x -= 0.000_371_3 * f64::from(t);
+                i += 1;
+            }
+            assert!(
+                worst < SHIFTED_REL_ERROR,
+                "T {t}: worst relative error {worst:e}"
+            );
+        }
+        assert!(Shift::new(8192.0, 1.0).is_none() && Shift::new(-820.0, 0.1).is_none());
+        assert!(Shift::new(f32::MAX, 1.0).is_none());
     }
 
     #[test]

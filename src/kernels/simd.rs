@@ -27,7 +27,15 @@
 //! those bits: top-p takes a decision from the fast `Z` only when no value within its
 //! bound would change it, and otherwise decides again with the precise `Z` (computed
 //! the same way everywhere). The test below checks that every copy's `Z` lies within
-//! its bound.
+//! its bound. (The collecting mass and the entropy do the same.)
+//!
+//! The whole-row weights of [`weights_into`] fuse their multiply-adds on every level
+//! that can: the wide copies, and the portable code where `f32::mul_add` is one
+//! instruction ([`mass::PORTABLE_FUSED`]): with the fused products the argument needs
+//! no two-sum ([`exp::exp_shifted_fused`](crate::exp::exp_shifted_fused)), and the
+//! pass runs about 30% faster than unfused (BENCHMARKS.md). Every CPU with FMA writes
+//! the same weights, which the test below checks against the portable code compiled
+//! fused; an x86-64 CPU without FMA writes them unfused, within the same bound.
 //!
 //! One pass is written by hand for each width instead: [`block_masks`], which turns a
 //! comparison of 16 entries into 16 bits. Compiled from the portable code, the bits are
@@ -760,9 +768,12 @@ dispatch!(
 );
 
 dispatch!(
-    /// [`mass::weights_into`], on the widest vectors the CPU has.
+    /// [`mass::weights_into`], on the widest vectors the CPU has (fused multiply-adds in
+    /// the wide copies, as on every CPU that has them: see [`mass::weights_into_in`]).
     weights_into, weights_into_avx2, weights_into_avx512, mass::weights_into,
-    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, out: &mut [f32]) -> f64
+    mass::weights_into_in::<T, true>,
+    fn<T>(row: &[T], marks: Option<&[u32]>, at: f32, t: f32, out: &mut [f32],
+          check: &mut [f32; LANES]) -> (f64, f32)
 );
 
 dispatch!(
@@ -780,8 +791,8 @@ dispatch!(
           out: &mut Vec<(f32, TokenId)>) -> (f64, f64)
 );
 
-/// [`mass::online_weights_into`] with each span on the widest vectors the CPU has (no
-/// fused multiply-add: every level writes the same weights).
+/// [`mass::online_weights_into`] with each span on the widest vectors the CPU has (the
+/// weights fused on every level that can fuse: see [`weights_into`]).
 pub(crate) fn online_weights_into<T: Logit>(
     row: &[T],
     marks: Option<&[u32]>,
@@ -838,9 +849,11 @@ mod tests {
     use crate::histogram::SLOTS;
 
     /// The one-pass loops run on each level's copies of their span kernels: the
-    /// weights, maximum, mass and bound bit for bit the same (no multiply-add fused),
-    /// and with the collecting mass and the entropy (which fuse them) the same maximum
-    /// and entries, each mass within its own bound of the precise one.
+    /// weights, maximum, mass and bound bit for bit those of the portable code with
+    /// its multiply-adds fused (as on every CPU with FMA; the unfused portable weights
+    /// are checked against their bound in `mass`), and with the collecting mass and
+    /// the entropy (which fuse them) the same maximum and entries, each mass within its
+    /// own bound of the precise one.
     #[test]
     fn one_pass_kernels_agree_on_every_level() {
         let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
@@ -860,7 +873,8 @@ mod tests {
             (rising, 0.7),
         ];
         type Max = fn(&[f32], Option<&[u32]>, &mut [f32; LANES]) -> f32;
-        type Weights = fn(&[f32], Option<&[u32]>, f32, f32, &mut [f32]) -> f64;
+        type Weights =
+            fn(&[f32], Option<&[u32]>, f32, f32, &mut [f32], &mut [f32; LANES]) -> (f64, f32);
         type Collect = fn(
             &[f32],
             Option<&[u32]>,
@@ -873,7 +887,7 @@ mod tests {
         type Sums = fn(&[f32], Option<&[u32]>, f32) -> stats::Entropy;
         let portable: (Max, Weights, Collect, Sums) = (
             mass::span_max_of,
-            mass::weights_into,
+            mass::weights_into_in::<f32, true>,
             mass::mass_collect,
             stats::entropy,
         );
@@ -882,7 +896,7 @@ mod tests {
         if avx2 {
             levels.push((
                 |s, m, c| unsafe { span_max_avx2(s, m, c) },
-                |s, m, x, t, o| unsafe { weights_into_avx2(s, m, x, t, o) },
+                |s, m, x, t, o, c| unsafe { weights_into_avx2(s, m, x, t, o, c) },
                 |s, m, x, a, c, f, o| unsafe { mass_collect_avx2(s, m, x, a, c, f, o) },
                 |s, m, x| unsafe { row_entropy_avx2(s, m, x) },
             ));
@@ -890,7 +904,7 @@ mod tests {
         if avx512 {
             levels.push((
                 |s, m, c| unsafe { span_max_avx512(s, m, c) },
-                |s, m, x, t, o| unsafe { weights_into_avx512(s, m, x, t, o) },
+                |s, m, x, t, o, c| unsafe { weights_into_avx512(s, m, x, t, o, c) },
                 |s, m, x, a, c, f, o| unsafe { mass_collect_avx512(s, m, x, a, c, f, o) },
                 |s, m, x| unsafe { row_entropy_avx512(s, m, x) },
             ));
