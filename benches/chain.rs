@@ -24,9 +24,9 @@ use criterion::Criterion;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkGroup, BenchmarkId};
 use logits::half::bf16;
 use logits::{
-    Candidates, Chain, DrawRng, DynamicTemperature, EpsilonCutoff, Error, EtaCutoff, Logit, MinP,
-    MirostatV2, Sampler, SamplingParams, SamplingParamsBuilder, Stage, StageContext, Temperature,
-    TokenId, TopK, TopNSigma, TopP, TypicalP, Xtc,
+    Candidates, Chain, DrawRng, DynamicTemperature, EpsilonCutoff, Error, EtaCutoff, Logit,
+    LogprobKind, MinP, MirostatV2, Sampler, SamplingParams, SamplingParamsBuilder, Stage,
+    StageContext, Temperature, TokenId, TopK, TopNSigma, TopP, TypicalP, Xtc,
 };
 
 mod common;
@@ -357,6 +357,34 @@ fn chains(c: &mut Criterion) {
                 })
             },
         );
+        // At a temperature (the arguments scaled).
+        let mut s = Sampler::new(params(SamplingParams::builder().temperature(0.8)), N).unwrap();
+        s.probabilities(&row, None, &mut probs).unwrap();
+        g.bench_with_input(
+            BenchmarkId::new("sampler_probabilities_temp_0.8", N),
+            &row,
+            |b, row| {
+                b.iter(|| {
+                    s.probabilities(black_box(row), None, &mut probs).unwrap();
+                    probs[0]
+                })
+            },
+        );
+        // Every logprob, processed (after the adjustments and cuts, none here) and raw.
+        let mut s = Sampler::new(params(SamplingParams::builder()), N).unwrap();
+        for (name, kind) in [
+            ("sampler_logprobs_processed", LogprobKind::Processed),
+            ("sampler_logprobs_raw", LogprobKind::Raw),
+        ] {
+            s.logprobs_into(&row, None, kind, &mut probs).unwrap();
+            g.bench_with_input(BenchmarkId::new(name, N), &row, |b, row| {
+                b.iter(|| {
+                    s.logprobs_into(black_box(row), None, kind, &mut probs)
+                        .unwrap();
+                    probs[0]
+                })
+            });
+        }
         // (A chain with no stage, as `chain_distribution`.)
         let mut c = chain(vec![]);
         c.probabilities(&row, None, &mut probs).unwrap();
