@@ -672,11 +672,11 @@ impl Engine {
     /// Every token's probability (its logprob when `log`) when nothing is cut: a softmax
     /// of the adjusted row, read in place under the overlay of patches and marks. One
     /// vectorised pass finds the maximum, checks the row and writes each weight into
-    /// `out`, relative to the running maximum of its span, and sums them (see
+    /// `out`, relative to the running maximum before its span, and sums them (see
     /// [`mass::online_weights_into`](crate::mass::online_weights_into) and
     /// [`mass::weights_into`](crate::mass::weights_into) for the bounds: each weight
     /// within `F32_REL_ERROR + 2^-23` of the exact value, the sum within
-    /// `F32_REL_ERROR + 5.01 * 2^-24` and the rescales' `6.5e-11`); a second scales each
+    /// `F32_REL_ERROR + 5.01 * 2^-24` and the rescales' `1.3e-10`); a second scales each
     /// span by `exp((used - max) / T) / Z`, computed in `f64` and rounded once to `f32`;
     /// the logprobs are `(l - max) / T - ln Z` in `f64`, rounded once. The probabilities
     /// are within `1e-6` (relative) of the exact ones (the sum of the bounds is below
@@ -700,7 +700,9 @@ impl Engine {
     }
 
     /// Writes the log-softmax of the raw row (no adjustment, no mask, no cut) into
-    /// `out[id]`: `(l - max) - ln(sum(exp(l - max)))`, the sum in `f64`.
+    /// `out[id]`: `(l - max) - ln Z` in `f64`, rounded once, with `Z` the sum of the
+    /// one-pass weights (`mass::online_weights_into`: within `4.2e-7` of the exact sum,
+    /// relative, so `ln Z` within `4.2e-7`, absolute), as [`softmax_into`](Self::softmax_into).
     pub(crate) fn raw_logprobs<T: Logit>(
         &mut self,
         row: &[T],
@@ -714,15 +716,17 @@ impl Engine {
             });
         }
         let row = adjust::check_input(self.vocab_size, row, mask)?;
-        let max = adjust::max_checked(row)?;
-        if max == f32::NEG_INFINITY {
+        // The maximum and `Z` from the one-pass weights (written into `out`, then
+        // overwritten), as for the processed logprobs.
+        let mut used = [0.0f32; crate::mass::SPANS];
+        let on = crate::simd::online_weights_into(row, None, 1.0, out, &mut used);
+        if on.bad {
+            adjust::first_non_finite_of(row)?;
+        }
+        if on.max == f32::NEG_INFINITY {
             return Err(Error::NoCandidates);
         }
-        let ln_z = crate::simd::row_mass_precise(row, None, max, 1.0, f32::INFINITY).ln();
-        let m = f64::from(max);
-        for (o, x) in out.iter_mut().zip(row) {
-            *o = ((f64::from(x.to_f32()) - m) - ln_z) as f32;
-        }
+        crate::simd::logprobs_into(row, None, on.max, 1.0, on.z.ln(), out);
         Ok(())
     }
 
@@ -3179,9 +3183,12 @@ fn softmax_in<T: Logit>(
     let weight = |l: f32| scaled(l, max, t).exp();
     let z = on.z * weight(on.max) + ov.patch.iter().map(|p| weight(p.1)).sum::<f64>();
     if log {
-        let f = Frame::new(max, t);
-        let fill = histogram::Fill::Log { ln_total: z.ln() };
-        crate::simd::fill(row, ov, (f, f), BUCKETS, fill, f32::NEG_INFINITY, out);
+        let ln_z = z.ln();
+        crate::simd::logprobs_into(row, ov.marked(), max, t, ln_z, out);
+        let inv_t = 1.0 / f64::from(t);
+        for &(id, l) in &ov.patch {
+            out[id as usize] = ((f64::from(l) - f64::from(max)) * inv_t - ln_z) as f32;
+        }
     } else {
         // Each span's weights, relative to its running maximum, times
         // `exp((used - max) / T) / Z` rounded once to `f32` (as `1 / Z` was).

@@ -688,6 +688,58 @@ pub(crate) fn scale_spans(out: &mut [f32], k: &[f32], len: usize) {
     }
 }
 
+/// Writes into `out[i]` the logprob `(l_i - max) / T - ln_z` of every unmarked entry of
+/// `row`, in `f64` and rounded once to `f32` (`-inf` for a `-inf` logit), and `-inf` for
+/// the marked ones: [`histogram::fill`](crate::histogram::fill)'s `Fill::Log` with
+/// nothing cut, without its buckets. The same operations on every level (none fused).
+/// Always inlined, so that [`simd::logprobs_into`](crate::simd::logprobs_into) can
+/// compile it for wider vectors.
+#[inline(always)]
+pub(crate) fn logprobs_into<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+    ln_z: f64,
+    out: &mut [f32],
+) {
+    match marks {
+        None => logprobs_with::<T, false>(row, &[], (max, t, ln_z), out),
+        Some(m) => logprobs_with::<T, true>(row, m, (max, t, ln_z), out),
+    }
+}
+
+#[inline(always)]
+fn logprobs_with<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    (max, t, ln_z): (f32, f32, f64),
+    out: &mut [f32],
+) {
+    debug_assert_eq!(row.len(), out.len());
+    // `(l - max) / T - ln_z` as `l / T - c`, `c = max / T + ln_z`: within `2^-52` of
+    // the larger of `|l / T|` and `|c|` (absolute) before the rounding to `f32`.
+    let inv_t = 1.0 / f64::from(t);
+    let c = f64::from(max) * inv_t + ln_z;
+    // (One plain loop over the entries, then the marks over it: written per chunk of
+    // lanes, the compiler vectorised across chunks with scattered stores, about six
+    // times slower.)
+    for (o, x) in out.iter_mut().zip(row) {
+        *o = (f64::from(x.to_f32()) * inv_t - c) as f32;
+    }
+    if MARKS {
+        for (o, &w) in out.chunks_mut(32).zip(marks) {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = if w & (1 << j) != 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    *o
+                };
+            }
+        }
+    }
+}
+
 /// The collection threshold of [`online_collect`] for a maximum `m`.
 #[inline(always)]
 pub(crate) fn collect_above(m: f32, offset: f64) -> f32 {

@@ -791,6 +791,12 @@ dispatch!(
           out: &mut Vec<(f32, TokenId)>) -> (f64, f64)
 );
 
+dispatch!(
+    /// [`mass::logprobs_into`], on the widest vectors the CPU has.
+    logprobs_into, logprobs_into_avx2, logprobs_into_avx512, mass::logprobs_into,
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, ln_z: f64, out: &mut [f32]) -> ()
+);
+
 /// [`mass::online_weights_into`] with each span on the widest vectors the CPU has (the
 /// weights fused on every level that can fuse: see [`weights_into`]).
 pub(crate) fn online_weights_into<T: Logit>(
@@ -936,6 +942,63 @@ mod tests {
                     assert!((e.1.z - f.4 .1.z).abs() <= ez && (e.1.s - f.4 .1.s).abs() <= es);
                 }
             }
+        }
+    }
+
+    /// Every copy of the logprob pass writes the plain `f64` formula, rounded once, bit
+    /// for bit, and `-inf` for the marked and `-inf` entries, on `f32`, `f16` and `bf16`.
+    #[test]
+    fn logprobs_are_the_plain_formula_on_every_level() {
+        type Lp<T> = fn(&[T], Option<&[u32]>, f32, f32, f64, &mut [f32]);
+        fn check<T: Logit>(row: &[T], copies: &[Lp<T>]) {
+            let n = row.len();
+            let mut marks = vec![0u32; n.div_ceil(32)];
+            for (w, m) in marks.iter_mut().enumerate() {
+                *m = (w as u32).wrapping_mul(0x9e37_79b9) & 0x1111_1111;
+            }
+            let v: Vec<f32> = row.iter().map(|x| x.to_f32()).collect();
+            let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for (t, ln_z) in [(1.0f32, 2.5f64), (0.7, 11.25), (1.9, 0.0)] {
+                for marks in [None, Some(&marks[..])] {
+                    let want: Vec<u32> = (0..n)
+                        .map(|i| {
+                            let inv_t = 1.0 / f64::from(t);
+                            let c = f64::from(max) * inv_t + ln_z;
+                            let x = (f64::from(v[i]) * inv_t - c) as f32;
+                            let marked = marks.is_some_and(|m| crate::adjust::is_marked(m, i));
+                            if marked { f32::NEG_INFINITY } else { x }.to_bits()
+                        })
+                        .collect();
+                    for copy in copies {
+                        let mut out = vec![f32::NAN; n];
+                        copy(row, marks, max, t, ln_z, &mut out);
+                        let got: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
+                        assert_eq!(got, want);
+                    }
+                }
+            }
+        }
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for n in [1usize, 15, 16, 17, 100, 4_099] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, 9.0, 97, 5);
+            row[n / 2] = f32::NEG_INFINITY;
+            let halves: Vec<half::f16> = row.iter().map(|&l| half::f16::from_f32(l)).collect();
+            let brains: Vec<half::bf16> = row.iter().map(|&l| half::bf16::from_f32(l)).collect();
+            check::<f32>(&row, &copies::<f32>());
+            check::<half::f16>(&halves, &copies::<half::f16>());
+            check::<half::bf16>(&brains, &copies::<half::bf16>());
+        }
+        fn copies<T: Logit>() -> Vec<Lp<T>> {
+            let mut c: Vec<Lp<T>> = vec![mass::logprobs_into::<T>, logprobs_into::<T>];
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU has AVX2 and FMA.
+                c.push(|r, m, x, t, l, o| unsafe { logprobs_into_avx2(r, m, x, t, l, o) });
+            }
+            if level() == Level::Avx512 {
+                // SAFETY: the CPU has what the AVX-512 copies need.
+                c.push(|r, m, x, t, l, o| unsafe { logprobs_into_avx512(r, m, x, t, l, o) });
+            }
+            c
         }
     }
 
