@@ -343,33 +343,22 @@ fn chains(c: &mut Criterion) {
         );
         chain_distribution(&mut g, &row);
 
-        // The same, token-indexed and unsorted.
-        let mut s = Sampler::new(params(SamplingParams::builder()), N).unwrap();
+        // The same, token-indexed and unsorted, at T 1 and at a temperature (the
+        // arguments scaled).
         let mut probs = vec![0.0f32; N];
-        s.probabilities(&row, None, &mut probs).unwrap();
-        g.bench_with_input(
-            BenchmarkId::new("sampler_probabilities", N),
-            &row,
-            |b, row| {
+        for (name, t) in [
+            ("sampler_probabilities", 1.0),
+            ("sampler_probabilities_temp_0.8", 0.8),
+        ] {
+            let mut s = Sampler::new(params(SamplingParams::builder().temperature(t)), N).unwrap();
+            s.probabilities(&row, None, &mut probs).unwrap();
+            g.bench_with_input(BenchmarkId::new(name, N), &row, |b, row| {
                 b.iter(|| {
                     s.probabilities(black_box(row), None, &mut probs).unwrap();
                     probs[0]
                 })
-            },
-        );
-        // At a temperature (the arguments scaled).
-        let mut s = Sampler::new(params(SamplingParams::builder().temperature(0.8)), N).unwrap();
-        s.probabilities(&row, None, &mut probs).unwrap();
-        g.bench_with_input(
-            BenchmarkId::new("sampler_probabilities_temp_0.8", N),
-            &row,
-            |b, row| {
-                b.iter(|| {
-                    s.probabilities(black_box(row), None, &mut probs).unwrap();
-                    probs[0]
-                })
-            },
-        );
+            });
+        }
         // Every logprob, processed (after the adjustments and cuts, none here) and raw.
         let mut s = Sampler::new(params(SamplingParams::builder()), N).unwrap();
         for (name, kind) in [

@@ -834,8 +834,9 @@ mod tests {
         row.iter().map(|&l| half::bf16::from_f32(c(l))).collect()
     }
 
-    /// [`online_weights_into`] on the portable kernels.
-    fn portable<T: Logit>(
+    /// [`online_weights_into`] on the portable kernels, their multiply-adds fused when
+    /// `FUSED` (then bit for bit the wide copies, which `simd`'s tests check).
+    fn portable<T: Logit, const FUSED: bool>(
         row: &[T],
         marks: Option<&[u32]>,
         t: f32,
@@ -844,23 +845,7 @@ mod tests {
     ) -> Online {
         let k = SpanKernels {
             max: span_max_of::<T>,
-            work: weights_into::<T>,
-        };
-        online_weights_into(row, marks, t, out, used, k)
-    }
-
-    /// [`online_weights_into`] on the portable kernels with their multiply-adds fused
-    /// (bit for bit the wide copies, which `simd`'s tests check).
-    fn fused<T: Logit>(
-        row: &[T],
-        marks: Option<&[u32]>,
-        t: f32,
-        out: &mut [f32],
-        used: &mut [f32; SPANS],
-    ) -> Online {
-        let k = SpanKernels {
-            max: span_max_of::<T>,
-            work: weights_into_in::<T, true>,
+            work: weights_into_in::<T, FUSED>,
         };
         online_weights_into(row, marks, t, out, used, k)
     }
@@ -926,12 +911,12 @@ mod tests {
     fn check_online_dtypes(row: &[f32], marks: Option<&[u32]>, t: f32) -> f64 {
         let (h, b) = (halves(row), brains(row));
         let mut worst = 0.0f64;
-        worst = worst.max(check_online(row, marks, t, portable));
-        worst = worst.max(check_online(row, marks, t, fused));
-        check_online(&h, marks, t, portable);
-        check_online(&h, marks, t, fused);
-        check_online(&b, marks, t, portable);
-        check_online(&b, marks, t, fused);
+        worst = worst.max(check_online(row, marks, t, portable::<_, false>));
+        worst = worst.max(check_online(row, marks, t, portable::<_, true>));
+        check_online(&h, marks, t, portable::<_, false>);
+        check_online(&h, marks, t, portable::<_, true>);
+        check_online(&b, marks, t, portable::<_, false>);
+        check_online(&b, marks, t, portable::<_, true>);
         worst
     }
 
@@ -1001,7 +986,7 @@ mod tests {
             let mut row = vec![0.5f32; 5_000];
             row[4_321] = bad;
             let mut out = vec![0.0; 5_000];
-            let on = portable(&row, None, 1.0, &mut out, &mut [0.0; SPANS]);
+            let on = portable::<_, false>(&row, None, 1.0, &mut out, &mut [0.0; SPANS]);
             assert!(on.bad);
             let k = SpanKernels {
                 max: span_max_of::<f32>,
