@@ -61,6 +61,14 @@ const MIN_P_NEAR: usize = 1024;
 /// survivors before it sorts them.
 const FLAT_WINDOW: usize = 64;
 
+/// The fraction of a row's mass on each side of a draw's target that
+/// [`draw_in_place`]'s window holds, as the selection's sample of the row places it: the
+/// band [`draw_flat`] takes before it compacts the survivors, whose first points come
+/// from the same sample. The sample's mass fractions are off by about `1 / sqrt(n)` for
+/// its `n` entries (2% for the 2,374 blocks of 151,936 tokens), so the window holds the
+/// target about three of those away from either end, and a miss costs the pass again.
+const IN_PLACE_BAND: f64 = 1.0 / 16.0;
+
 /// A mask that allows at most this many tokens is read as a compact row: the allowed
 /// tokens' adjusted logits, gathered in id order, instead of a masked copy of the whole
 /// row.
@@ -197,7 +205,9 @@ enum Survivors {
     /// Greedy: the argmax alone.
     Greedy(TokenId),
     /// A draw from the whole adjusted row, decided among its best tokens: every token
-    /// survives; `scratch.cand[..n]` are the best ones in draw order, with weights
+    /// survives; `scratch.cand[..n]` are some of them in draw order (its best ones, see
+    /// [`draw_from_best`], or those of a window around the target, see
+    /// [`draw_in_place`]), with weights
     /// `scratch.weight[..n]` at the draw's temperature `t` against the maximum `max`;
     /// `total` is the row's mass, and the draw is token `i` (see [`draw_from_best`]).
     /// Only a draw at the end of the chain makes it.
@@ -2549,8 +2559,13 @@ impl Engine {
             match draw_from_best(s, adj, t_draw, u)? {
                 BestDraw::Drawn(row) => return Ok(Some(row)),
                 BestDraw::Beyond { max } => {
-                    // A flat row: every finite token survives, as min-p 0 keeps them,
-                    // and the draw searches their fast weights (see [`draw_flat`]).
+                    // A flat row: drawn from the row in place where the search around
+                    // the sample's place for the target decides.
+                    if let Some(row) = draw_in_place(s, adj, max, t_draw, u) {
+                        return Ok(Some(row));
+                    }
+                    // Otherwise every finite token survives, as min-p 0 keeps them, and
+                    // the draw searches their fast weights (see [`draw_flat`]).
                     let every = f64::NEG_INFINITY;
                     return flat_min_p(s, adj, Some(max), (t, t_draw), every, keep).map(Some);
                 }
@@ -2839,7 +2854,7 @@ impl Engine {
                 let margin =
                     2.0 * err + draw::margin(n + BUCKETS, total) + 4.0 * f64::EPSILON * total;
                 let walk = (frame, t, floor, whole);
-                let (id, w) = draw_flat(&mut self.scratch, walk, (u, total), margin)?;
+                let (id, w) = draw_flat(&mut self.scratch, walk, (u, total), margin, None).ok()?;
                 Sample::new(id, (w / total).ln() as f32)
             }
             Survivors::Hist {
@@ -3544,6 +3559,124 @@ fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Resul
     })
 }
 
+/// A draw with uniform `u` from the whole adjusted row `adj` (under `s.overlay`) at
+/// temperature `t` against its maximum `max`, when its best tokens do not hold the
+/// target ([`draw_from_best`]), from the row in place: the selection's sample of the row
+/// (`s.seeds`, one entry per block) places a window `(lo, hi]` around the target's
+/// fraction of the mass, [`IN_PLACE_BAND`] of it on each side
+/// ([`flat::sample_points`]); one vectorised pass
+/// ([`row_mass_split`](crate::simd::row_mass_split)) takes the row's fast mass and the
+/// masses above the window and inside it. When the target lies inside the window by
+/// more than the bound on its difference from either end
+/// ([`Split::err_against`](crate::mass::Split::err_against)), the window's tokens alone
+/// are collected, weighed and searched ([`draw_flat`] with a [`Part`]) with every bound
+/// the search takes added to the margin: that one, and the window's own fast weights
+/// within theirs. Where that walk leaves the decision open, the row's precise masses
+/// (one `f64` pass over the row in place) and [`walk_precise`]. `None` when
+/// the sample is too small to place a window (fewer than 64 blocks), or when the target
+/// lies outside the window or within the margin of a decision: the caller then takes
+/// every finite token ([`flat_min_p`] with no threshold, [`draw_flat`]), whose path
+/// decides exactly.
+fn draw_in_place<U: Logit>(
+    s: &mut Scratch,
+    adj: &[U],
+    max: f32,
+    t: f32,
+    u: f64,
+) -> Option<Survivors> {
+    if s.seeds.len() < 64 {
+        return None;
+    }
+    let f = Frame::new(max, t);
+    s.win_w.clear();
+    s.win_w.resize(s.seeds.len(), 0.0);
+    let sample = crate::simd::weigh(&s.seeds, f, &mut s.win_w);
+    let fs = [(u + IN_PLACE_BAND).min(1.0), (u - IN_PLACE_BAND).max(0.0)];
+    let range = (sample.least.next_down().max(f32::MIN), max);
+    let above = crate::simd::mass_above::<f32>;
+    let [lo, hi] = flat::sample_points(&s.seeds, &s.win_w, range, (fs, sample.total), above);
+    let ov = &s.overlay;
+    let mut m = crate::simd::row_mass_split(adj, ov.marked(), max, t, (lo, hi));
+    // The patches (marked in the row), in `f64`.
+    for &(_, l) in &ov.patch {
+        if l > f32::NEG_INFINITY {
+            let w = scaled(l, max, t).exp();
+            m.total += w;
+            if l > hi {
+                m.above += w;
+            } else if l > lo {
+                m.window += w;
+            }
+        }
+    }
+    let target = u * m.total;
+    // The target against the mass before a point of the window, within
+    // `Split::err_against` of the exact difference at either end of the window (it is
+    // linear in the mass before the point); the `f64` sums and the product round within
+    // `draw::margin`, and the patches' and the walk's `f64` weights are within 2^-52 of
+    // the exact exponentials.
+    let terms = adj.len() + ov.patch.len();
+    let (first, last) = (m.above, m.above + m.window);
+    let pass = m.err_against(u, first).max(m.err_against(u, last))
+        + draw::margin(terms, m.total)
+        + 4.0 * f64::EPSILON * m.total;
+    if !(first + pass < target && target + pass < last) {
+        return None;
+    }
+    crate::simd::compress(adj, ov.marked(), (lo, hi), &mut s.flat, &mut s.flat_ids);
+    s.cand2.clear();
+    s.cand2.extend(
+        ov.patch
+            .iter()
+            .filter(|p| p.1 > lo && p.1 <= hi)
+            .map(|&(id, l)| (l, id)),
+    );
+    if !s.cand2.is_empty() {
+        s.cand2.sort_unstable_by_key(|c| c.1);
+        flat::merge(&mut s.flat, &mut s.flat_ids, &s.cand2);
+    }
+    let k = s.flat.len();
+    s.flat_w.resize(k, 0.0);
+    let window = crate::simd::weigh(&s.flat, f, &mut s.flat_w);
+    let margin = pass + window.error_bound(k, f) + draw::margin(k, m.total);
+    let part = Part {
+        window: (lo, hi),
+        above: m.above,
+        total: m.total,
+    };
+    let id = match draw_flat(s, (f, t, lo, false), (u, window.total), margin, Some(part)) {
+        Ok((id, _)) => id,
+        Err(None) => return None,
+        Err(Some(hi)) => {
+            // Within the fast bound: the row's precise masses, its patches with them.
+            let ov = &s.overlay;
+            let (mut z, mut below) =
+                crate::simd::row_mass_precise_split(adj, ov.marked(), max, t, hi);
+            for &(_, l) in &ov.patch {
+                if l > f32::NEG_INFINITY {
+                    let w = scaled(l, max, t).exp();
+                    z += w;
+                    below += if l > hi { 0.0 } else { w };
+                }
+            }
+            // (Arguments below -708 weigh `e^-708`, counted per token.)
+            walk_precise(s, (z, below), terms, 708.0, u)?.0
+        }
+    };
+    let i = s.cand2.iter().position(|c| c.1 == id)?;
+    s.cand.clear();
+    s.cand.extend_from_slice(&s.cand2);
+    s.weight.clear();
+    s.weight.extend_from_slice(&s.weight2);
+    Some(Survivors::Row {
+        i,
+        n: s.cand.len(),
+        total: m.total,
+        max,
+        t,
+    })
+}
+
 /// The mass of the adjusted row `adj` (under `s.overlay`) at temperature `t` against
 /// `max`, and the bound on its error, when `s.cand` holds its best tokens down to the
 /// logit `floor` with their `f64` weights in `s.weight`: those above the floor count
@@ -3728,19 +3861,27 @@ fn settle_flat(s: &mut Scratch, survivors: Survivors) -> Survivors {
 /// weights from the fast mass above the window. When the target comes within `margin`
 /// of a running sum there, the window is walked again from precise masses
 /// ([`walk_flat_precise`]); `None` when that cannot decide either, or the target is not
-/// reached: the row's exact path decides.
+/// reached: the row's exact path decides (`Err(None)`). With a [`Part`], `flat` holds
+/// only the survivors of a window of a larger set (see there), and a walk the fast
+/// masses leave open gives `Err(Some(hi))`, the upper end of the window walked, for the
+/// caller to walk again from the set's precise masses ([`walk_precise`]).
 fn draw_flat(
     s: &mut Scratch,
     (f, t, floor, whole): (Frame, f32, f32, bool),
     (u, total): (f64, f64),
     margin: f64,
-) -> Option<(TokenId, f64)> {
-    let target = u * total;
+    part: Option<Part>,
+) -> Result<(TokenId, f64), Option<f32>> {
+    let target = u * part.map_or(total, |p| p.total);
     let mid = |a: f32, b: f32, q: f64| (f64::from(a) + (f64::from(b) - f64::from(a)) * q) as f32;
-    let (mut lo, mut hi) = (floor.next_down().max(f32::MIN), f.max);
-    // The fast mass of the survivors above `hi` (none above the maximum) and above
-    // `lo` (all), and how many they are.
-    let ((mut m_hi, mut n_hi), (mut m_lo, mut n_lo)) = ((0.0, 0), (total, s.flat.len()));
+    let (mut lo, mut hi) = match part {
+        Some(p) => p.window,
+        None => (floor.next_down().max(f32::MIN), f.max),
+    };
+    // The fast mass of the survivors above `hi` (none above the maximum, or the part's
+    // `above`) and above `lo` (all), and how many of `flat` they are.
+    let outer = part.map_or(0.0, |p| p.above);
+    let ((mut m_hi, mut n_hi), (mut m_lo, mut n_lo)) = ((outer, 0), (outer + total, s.flat.len()));
     // Once the window holds at most half of the survivors, its entries are compacted
     // into `win` (logits), `win_w` (fast weights) and `win_at` (places in `flat`), and
     // the passes after read those alone, adding the mass and count above the window as
@@ -3814,7 +3955,7 @@ fn draw_flat(
             }
         };
         let [xa, xb] = first.take().unwrap_or([mid(lo, hi, qa), mid(lo, hi, qb)]);
-        let [(ma, ca), (mb, cb)] = mass_above_in(s, base, [xa, xb]);
+        let [(ma, ca), (mb, cb)] = mass_above_in(s, base, outer, [xa, xb]);
         let before = n;
         let mut stop = false;
         // (`xa <= xb`: the mass above `xa` is the larger.)
@@ -3851,12 +3992,28 @@ fn draw_flat(
         c += x;
         if x > 0.0 && c > target {
             if target - prev <= margin || c - target <= margin {
-                return walk_flat_precise(s, (f, t, floor), hi, u);
+                // (A part's precise masses need the whole set, which its caller has.)
+                return match part {
+                    None => walk_flat_precise(s, (f, t, floor), hi, u),
+                    Some(_) => Err(Some(hi)),
+                };
             }
-            return Some((s.cand2[i].1, x));
+            return Ok((s.cand2[i].1, x));
         }
     }
-    None
+    Err(None)
+}
+
+/// [`draw_flat`]'s survivors in `scratch.flat` as the part of a larger set in the
+/// window `(lo, hi]` (every survivor of the set in it, in id order): the set's fast
+/// mass `above` the window and its fast `total`, from which the target is taken. The
+/// search starts from the window, and a decision within the margin is left to the
+/// caller (`None`).
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    window: (f32, f32),
+    above: f64,
+    total: f64,
 }
 
 /// Bound on the relative error of each weight of
@@ -3868,24 +4025,38 @@ const PRECISE_WEIGHT_ERROR: f64 = 4e-15 + f64::EPSILON;
 /// [`draw_flat`]'s walk of its window `(.., hi]` (in `scratch.cand2`, sorted, with the
 /// `f64` weights in `scratch.weight2`) when the fast masses left the decision open: the
 /// survivors' total and their mass at or below `hi` in one vectorised pass with the
-/// `f64` exponential, so that the target and the mass above the window are within about
-/// `2e-15 n` of the total (`3e-10` on 151,936 tokens) instead of the fast bound's
-/// `1e-6`, and the walk again. Each precise weight is within [`PRECISE_WEIGHT_ERROR`]
-/// and the argument's roundings (at most three, each within `2^-53 |x|`, `|x| <= (max -
-/// floor) / t`) of the walk's; below `e^-708` it is `e^-708` (at most that per
-/// survivor); each sum rounds within [`draw::margin`]. `None` when the target is still
-/// within that bound of a running sum (dominated by the four [`draw::margin`]s, `4 (n +
-/// 2) 2^-52` of the total), or is not reached.
+/// `f64` exponential, and [`walk_precise`] from them, the arguments at most `(max -
+/// floor) / t` in magnitude.
 fn walk_flat_precise(
     s: &Scratch,
     (f, t, floor): (Frame, f32, f32),
     hi: f32,
     u: f64,
-) -> Option<(TokenId, f64)> {
-    let n = s.flat.len();
-    let (z, at_or_below) = crate::simd::row_mass_precise_split(&s.flat, f.max, t, hi);
+) -> Result<(TokenId, f64), Option<f32>> {
+    let masses = crate::simd::row_mass_precise_split(&s.flat, None, f.max, t, hi);
     let x = (f64::from(f.max) - f64::from(floor)) / f64::from(t);
-    let rel = PRECISE_WEIGHT_ERROR + 3.0 * x * f64::EPSILON / 2.0;
+    walk_precise(s, masses, s.flat.len(), x, u).ok_or(None)
+}
+
+/// The walk of a window `(.., hi]` (in `scratch.cand2`, sorted, with the `f64` weights
+/// in `scratch.weight2`) from precise masses of the `n` tokens of its set: their total
+/// `z` and their mass at or below `hi`, from one vectorised pass with the `f64`
+/// exponential, so that the target and the mass above the window are within about
+/// `2e-15 n` of the total (`3e-10` on 151,936 tokens) instead of the fast bound's
+/// `1e-6`. Each precise weight is within [`PRECISE_WEIGHT_ERROR`] and the argument's
+/// roundings (at most three, each within `2^-53 |x|`, `|x| <= x_max`) of the walk's;
+/// below `e^-708` it is `e^-708` (at most that per token); each sum rounds within
+/// [`draw::margin`]. `None` when the target is still within that bound of a running sum
+/// (dominated by the four [`draw::margin`]s, `4 (n + 2) 2^-52` of the total), or is not
+/// reached.
+fn walk_precise(
+    s: &Scratch,
+    (z, at_or_below): (f64, f64),
+    n: usize,
+    x_max: f64,
+    u: f64,
+) -> Option<(TokenId, f64)> {
+    let rel = PRECISE_WEIGHT_ERROR + 3.0 * x_max * f64::EPSILON / 2.0;
     // Each of the two sums, against the exact sum of the walk's weights.
     let each = rel * z + draw::margin(n, z) + n as f64 * 3.4e-308;
     // The target moves with the total, the mass above `hi` with both sums; the walk's
@@ -3945,12 +4116,17 @@ fn narrow_window(s: &mut Scratch, (lo, hi): (f32, f32)) {
 }
 
 /// [`flat::mass_above`](crate::flat::mass_above) of `scratch.flat` at the two points
-/// `xs`: read from `flat` itself, or, once [`compact_window`] kept the window `(lo, hi]`
-/// (both points inside it), from the window alone plus `base`, the fast mass and count
-/// of the survivors above `hi`.
-fn mass_above_in(s: &Scratch, base: Option<(f64, usize)>, xs: [f32; 2]) -> [(f64, usize); 2] {
+/// `xs`: read from `flat` itself plus `outer` (the mass above a [`Part`]'s window), or,
+/// once [`compact_window`] kept the window `(lo, hi]` (both points inside it), from the
+/// window alone plus `base`, the fast mass and count of the survivors above `hi`.
+fn mass_above_in(
+    s: &Scratch,
+    base: Option<(f64, usize)>,
+    outer: f64,
+    xs: [f32; 2],
+) -> [(f64, usize); 2] {
     match base {
-        None => crate::simd::mass_above(&s.flat, &s.flat_w, xs),
+        None => crate::simd::mass_above(&s.flat, &s.flat_w, xs).map(|(m, c)| (m + outer, c)),
         Some((m, c)) => {
             crate::simd::mass_above(&s.win, &s.win_w, xs).map(|(mw, cw)| (m + mw, c + cw))
         }
@@ -4117,7 +4293,7 @@ mod tests {
         for _ in 0..200 {
             let (a, b) = (r(), r());
             let (lo, hi) = (a.min(b), a.max(b));
-            let base = mass_above_in(&s, None, [hi, hi])[0];
+            let base = mass_above_in(&s, None, 0.0, [hi, hi])[0];
             compact_window(&mut s, (lo, hi));
             let inside: Vec<usize> = (0..s.flat.len())
                 .filter(|&i| s.flat[i] > lo && s.flat[i] <= hi)
@@ -4128,15 +4304,15 @@ mod tests {
                 assert_eq!((s.win[k], s.win_w[k]), (s.flat[i], s.flat_w[i]));
             }
             let (xa, xb) = (lo + (hi - lo) / 3.0, lo + 2.0 * (hi - lo) / 3.0);
-            let want = mass_above_in(&s, None, [xa, xb]);
-            let got = mass_above_in(&s, Some(base), [xa, xb]);
+            let want = mass_above_in(&s, None, 0.0, [xa, xb]);
+            let got = mass_above_in(&s, Some(base), 0.0, [xa, xb]);
             for (g, w) in got.iter().zip(&want) {
                 assert_eq!(g.1, w.1, "count above a point, window ({lo}, {hi}]");
                 assert!((g.0 - w.0).abs() <= bound, "{} vs {}", g.0, w.0);
             }
             // Narrowed in place to its middle third: the entries of `flat` there, and
             // the masses again from the mass above the new window.
-            let base = mass_above_in(&s, None, [xb, xb])[0];
+            let base = mass_above_in(&s, None, 0.0, [xb, xb])[0];
             narrow_window(&mut s, (xa, xb));
             let inside: Vec<usize> = (0..s.flat.len())
                 .filter(|&i| s.flat[i] > xa && s.flat[i] <= xb)
@@ -4148,8 +4324,8 @@ mod tests {
                 assert_eq!((s.win[k], s.win_w[k]), (s.flat[i], s.flat_w[i]));
             }
             let x = xa + (xb - xa) / 2.0;
-            let want = mass_above_in(&s, None, [x, x]);
-            let got = mass_above_in(&s, Some(base), [x, x]);
+            let want = mass_above_in(&s, None, 0.0, [x, x]);
+            let got = mass_above_in(&s, Some(base), 0.0, [x, x]);
             assert_eq!(got[0].1, want[0].1, "count above {x}, window ({xa}, {xb}]");
             assert!((got[0].0 - want[0].0).abs() <= bound);
         }
@@ -4523,6 +4699,82 @@ mod tests {
                 u > 0.01,
                 "{u}: {flat_draw:?}"
             );
+        }
+    }
+
+    /// A flat row's draw from the row in place: the window around the sample's place for
+    /// the target decides nearly every uniform, after a few dozen tokens sorted, and
+    /// gives the token of a plain inverse CDF over the whole row sorted, in `f64`.
+    #[test]
+    fn a_flat_row_draws_from_a_window_in_place() {
+        let mut x = 0x0f1a_7d2a_3b4c_5d6eu64;
+        let n = 151_936;
+        let row = crate::test_rows::uniform_row(&mut x, n, 4.0, n + 1, n + 1);
+        let mut s = Scratch::new(n, SPARSE_MAX).unwrap();
+        for t in [1.0f32, 0.8] {
+            let mut sorted: Vec<(f32, TokenId)> = row
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (l, i as TokenId))
+                .collect();
+            sorted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut w = Vec::new();
+            fill_weights(&sorted, sorted[0].0, t, &mut w);
+            let total: f64 = w.iter().sum();
+            let (mut beyond, mut decided) = (0, 0);
+            for u in (1..200).map(|k| f64::from(k) / 200.0) {
+                // (The best 256 tokens hold the first percent or so of the mass.)
+                let max = match draw_from_best(&mut s, &row[..], t, u) {
+                    Ok(BestDraw::Beyond { max }) => max,
+                    Ok(BestDraw::Drawn(_)) if u < 0.01 => continue,
+                    other => panic!("t {t}, u {u}: {other:?}"),
+                };
+                beyond += 1;
+                assert_eq!(max, sorted[0].0);
+                if let Some(Survivors::Row {
+                    i, n: m, total: z, ..
+                }) = draw_in_place(&mut s, &row[..], max, t, u)
+                {
+                    decided += 1;
+                    assert!(m <= 2 * FLAT_WINDOW, "t {t}, u {u}: {m} sorted");
+                    let want = sorted[draw::inverse_cdf(&w, total, u)].1;
+                    assert_eq!(s.cand[i].1, want, "t {t}, u {u}");
+                    assert!((z - total).abs() <= 1e-5 * total, "{z} {total}");
+                    assert_eq!(
+                        s.weight[i],
+                        w[sorted.iter().position(|c| c.1 == want).unwrap()]
+                    );
+                }
+            }
+            assert!(
+                beyond >= 190 && decided >= beyond * 95 / 100,
+                "t {t}: {decided} of {beyond}"
+            );
+            // Next to the cumulative boundaries, within the fast bound but far beyond the
+            // precise sums': the walk from the row's precise masses decides.
+            let mut c = 0.0;
+            let cum: Vec<f64> = w
+                .iter()
+                .map(|&x| {
+                    c += x;
+                    c / total
+                })
+                .collect();
+            for k in 1..12 {
+                let b = cum[n * k / 12];
+                for u in [b - 1e-9, b + 1e-9] {
+                    let Ok(BestDraw::Beyond { max }) = draw_from_best(&mut s, &row[..], t, u)
+                    else {
+                        panic!("t {t}, u {u}: decided among the best tokens");
+                    };
+                    let Some(Survivors::Row { i, .. }) = draw_in_place(&mut s, &row[..], max, t, u)
+                    else {
+                        panic!("t {t}, u {u}: undecided");
+                    };
+                    let want = sorted[draw::inverse_cdf(&w, total, u)].1;
+                    assert_eq!(s.cand[i].1, want, "t {t}, u {u}");
+                }
+            }
         }
     }
 

@@ -125,7 +125,6 @@ fn scale_poly<const FUSED: bool>(r: f32, t: f32) -> f32 {
 /// polynomial and its scaling ([`F32_REL_ERROR`]) and the reduced argument's roundings
 /// (four, each within `2^-24` of a value below `0.41`: below `9.8e-8`; the splits of
 /// `ln 2`, `1 / T` and `at / T` add below `3e-9`), for arguments in `[-87, 64]`.
-#[cfg(test)]
 pub(crate) const SHIFTED_REL_ERROR: f64 = F32_REL_ERROR + 1.01e-7;
 
 /// The constants of [`exp_shifted_fused`] for a reference logit `at` and a temperature

@@ -32,7 +32,7 @@ use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{
     exp_neg, exp_neg_f32, exp_neg_f32_with, exp_shifted_fused, mul_add, Shift, F32_ABS_ERROR,
-    F32_REL_ERROR,
+    F32_REL_ERROR, SHIFTED_REL_ERROR,
 };
 use crate::mask::BITS;
 use crate::TokenId;
@@ -77,31 +77,147 @@ pub(crate) fn fast_in<T: Logit, const FUSED: bool>(
         let z = precise(row, marks, max, t, ceiling);
         return (z, z * 1e-14 + row.len() as f64 * 3.4e-308);
     }
-    let none = &mut Vec::new();
+    let none = (0.0, 0, 0, &mut Vec::new());
+    let no_split = ((0.0, 0.0), &mut [0.0; 4]);
     match marks {
-        None => fast_with::<T, false, FUSED, false>(row, &[], max, t, ceiling, 0.0, 0, 0, none),
+        None => {
+            fast_with::<T, false, FUSED, false, false>(row, &[], max, t, ceiling, none, no_split)
+        }
         Some(marks) => {
-            fast_with::<T, true, FUSED, false>(row, marks, max, t, ceiling, 0.0, 0, 0, none)
+            fast_with::<T, true, FUSED, false, false>(row, marks, max, t, ceiling, none, no_split)
         }
     }
 }
 
-/// [`fast`], with the test of the marks compiled in or out, and with `COLLECT` the
-/// collection of [`online_collect_in`]: the unmarked entries `>= above` pushed into `out`
+/// What [`fast_split`] found: the mass of the whole row, of its entries above `hi` and of
+/// those in `(lo, hi]`, and the terms of their error bounds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Split {
+    /// The mass of every unmarked entry.
+    pub(crate) total: f64,
+    /// The mass of the unmarked entries `> hi`: those before the window in draw order.
+    pub(crate) above: f64,
+    /// The mass of the unmarked entries in `(lo, hi]`.
+    pub(crate) window: f64,
+    /// Bound on each weight's relative error (the exponential's, with the argument's
+    /// roundings where [`Split::dev`] does not count them).
+    pub(crate) rel: f64,
+    /// Bound on the error the arguments' roundings put in the total (`0` where `rel`
+    /// counts them): every weight's share of it is at most its `w |x|` share.
+    pub(crate) dev: f64,
+    /// Bound on the relative error of each sum's own roundings (`f32` sums of four, then
+    /// `f64`).
+    pub(crate) sum: f64,
+    /// Bound on the absolute error of the weights clamped below `e^-87`, all of them.
+    pub(crate) abs: f64,
+}
+
+impl Split {
+    /// [`fast`]'s bound on the error of `total`, which bounds that of each part too.
+    #[cfg(test)]
+    pub(crate) fn err(&self) -> f64 {
+        self.total * (self.rel + self.sum) + self.dev + self.abs
+    }
+
+    /// A bound on the error of `u * total - before`, `before` the mass of the entries
+    /// above a point of the draw order summed from these weights (`above`, or `above +
+    /// window`): each weight's error counts once, with the factor `u - 1` when its
+    /// entry is before the point and `u` otherwise, so the weights' part is
+    /// `rel (u (total - before) + (1 - u) before)` (raised by `1e-5` of itself, for the
+    /// computed masses in place of the exact ones) and `max(u, 1 - u)` of `dev`; the sums
+    /// round each by their own `sum`. Against `(1 + u)` times [`err`](Self::err) for the
+    /// two sums taken apart: about a third of it at `u = 1 / 2`.
+    pub(crate) fn err_against(&self, u: f64, before: f64) -> f64 {
+        let weights = self.rel * (u * (self.total - before).max(0.0) + (1.0 - u) * before);
+        weights * (1.0 + 1e-5)
+            + u.max(1.0 - u) * self.dev
+            + self.sum * (u * self.total + before)
+            + self.abs
+    }
+}
+
+/// [`fast`]'s mass of the whole `row` (`ceiling = +inf`), and in the same pass that of its
+/// entries above `hi` and of those in the window `(lo, hi]`: where a draw's target lies
+/// against the window, from one read of the row in place. Each part sums a subset of
+/// the same `f32` weights in the same way (four per lane in `f32`, then `f64`), so the
+/// total's bound bounds each part's error. With `FUSED` and a [`Shift`] of `max` and `t`,
+/// the weights of [`exp_shifted_fused`], as the whole-row weights take them: within
+/// [`SHIFTED_REL_ERROR`] each, without the arguments' roundings (`w |x|`), which on a
+/// flat row are most of [`fast`]'s bound (about `4e-7` of the total against `1e-6` at
+/// T 0.8). `t` must be one at which
+/// [`f32_weights_hold`](crate::histogram::f32_weights_hold).
+#[inline(always)]
+pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+    window: (f32, f32),
+) -> Split {
+    let inf = f32::INFINITY;
+    let none = (0.0, 0, 0, &mut Vec::new());
+    let mut parts = [0.0; 4];
+    let total = match marks {
+        None => {
+            let split = (window, &mut parts);
+            fast_with::<T, false, FUSED, false, true>(row, &[], max, t, inf, none, split).0
+        }
+        Some(m) => {
+            let split = (window, &mut parts);
+            fast_with::<T, true, FUSED, false, true>(row, m, max, t, inf, none, split).0
+        }
+    };
+    let [above, window, rel, dev] = parts;
+    Split {
+        total,
+        above,
+        window,
+        rel,
+        dev,
+        sum: SUM_ERROR,
+        abs: row.len() as f64 * F32_ABS_ERROR,
+    }
+}
+
+/// Bound on the relative error of [`fast`]'s sums: the sums of four in `f32` (`3 *
+/// 2^-24` at most), then the `f64` ones.
+const SUM_ERROR: f64 = 3.01 * U32 + 1e-11;
+
+/// [`fast_split_in`] without fused multiply-adds.
+#[inline(always)]
+pub(crate) fn fast_split<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+    window: (f32, f32),
+) -> Split {
+    fast_split_in::<T, false>(row, marks, max, t, window)
+}
+
+/// [`fast`], with the test of the marks compiled in or out; with `COLLECT` the
+/// collection of [`online_collect`]: the unmarked entries `>= above` pushed into `out`
 /// (in id order, with their index plus `first`, the id of `row[0]`) while it holds at
-/// most `cap`.
+/// most `cap`; with `SPLIT` ([`fast_split`]) the mass of the entries `> hi` into
+/// `parts[0]` and of those in `(lo, hi]` into `parts[1]`, each summed as the total is,
+/// and the terms of the bound into `parts[2]` (each weight's relative error) and
+/// `parts[3]` (the arguments' roundings, as a sum).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool>(
+fn fast_with<
+    T: Logit,
+    const MARKS: bool,
+    const FUSED: bool,
+    const COLLECT: bool,
+    const SPLIT: bool,
+>(
     row: &[T],
     marks: &[u32],
     max: f32,
     t: f32,
     ceiling: f32,
-    above: f32,
-    cap: usize,
-    first: usize,
-    out: &mut Vec<(f32, TokenId)>,
+    (above, cap, first, out): (f32, usize, usize, &mut Vec<(f32, TokenId)>),
+    ((lo, hi), parts): ((f32, f32), &mut [f64; 4]),
 ) -> (f64, f64) {
     let inv_t = 1.0 / t;
     // The rounding steps in the argument: the subtraction, and the product unless
@@ -111,7 +227,29 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
         + f64::from(u8::from(f64::from(inv_t) != 1.0 / f64::from(t)));
     let mut z = [0.0f64; LANES];
     let mut dev = [0.0f32; LANES];
+    let mut split = [[0.0f64; LANES]; 2];
+    // The split's weights, where fused, are those of the whole-row weights
+    // ([`weights_with`]): the argument never rounded whole, so the bound needs no `w |x|`.
+    let shift = if SPLIT && FUSED {
+        Shift::new(max, t)
+    } else {
+        None
+    };
+    let least = (-87.0 * f64::from(t)) as f32;
     let weight = |v: f32, skip: bool, z: &mut f32, dev: &mut f32| {
+        if let (true, Some(s)) = (SPLIT && FUSED, &shift) {
+            // Below `least` (a weight under `e^-87`, `-inf` too), 0: within
+            // `F32_ABS_ERROR` of the exact weight.
+            let d = v - max;
+            let w = exp_shifted_fused::<false>(v, d, s);
+            let w = if !(MARKS && skip) && d > least && v <= ceiling {
+                w
+            } else {
+                0.0
+            };
+            *z += w;
+            return w;
+        }
         let x = (v - max) * inv_t;
         // (A marked entry may lie above `max`: its weight is computed at 0, then dropped.)
         let x = if MARKS && x > 0.0 { 0.0 } else { x };
@@ -124,6 +262,13 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
         };
         *z += w;
         *dev = mul_add::<FUSED>(w, -x, *dev);
+        w
+    };
+    // The parts of a weight `w` of the value `v`: above `hi`, and in `(lo, hi]`.
+    let part = |v: f32, w: f32| {
+        let a = v > hi;
+        let inside = v > lo && !a;
+        (if a { w } else { 0.0 }, if inside { w } else { 0.0 })
     };
     let blocks = row.len() / BLOCK;
     let rem = &row[blocks * BLOCK..];
@@ -140,12 +285,18 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
             // Four weights per lane are summed in `f32`, then the lanes join the `f64`
             // sums.
             let mut zb = [0.0f32; LANES];
+            let (mut ab, mut ib) = ([0.0f32; LANES], [0.0f32; LANES]);
             let mut hit = false;
             for (c, chunk) in block.chunks_exact(LANES).enumerate() {
                 let v = load(chunk);
                 let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
                 for j in 0..LANES {
-                    weight(v[j], m & BITS[j] != 0, &mut zb[j], &mut dev[j]);
+                    let w = weight(v[j], m & BITS[j] != 0, &mut zb[j], &mut dev[j]);
+                    if SPLIT {
+                        let (a, i) = part(v[j], w);
+                        ab[j] += a;
+                        ib[j] += i;
+                    }
                 }
                 if COLLECT {
                     for x in v {
@@ -156,6 +307,10 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
             hits |= u64::from(hit) << (b - g);
             for j in 0..LANES {
                 z[j] += f64::from(zb[j]);
+                if SPLIT {
+                    split[0][j] += f64::from(ab[j]);
+                    split[1][j] += f64::from(ib[j]);
+                }
             }
         }
         // (Once `out` holds more than `cap`, nothing more joins it.)
@@ -182,8 +337,13 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
         let mut zj = 0.0;
         let skip = MARKS && is_marked(marks, base + j);
         let v = c.to_f32();
-        weight(v, skip, &mut zj, &mut dev[j % LANES]);
+        let w = weight(v, skip, &mut zj, &mut dev[j % LANES]);
         z[j % LANES] += f64::from(zj);
+        if SPLIT {
+            let (a, i) = part(v, w);
+            split[0][j % LANES] += f64::from(a);
+            split[1][j % LANES] += f64::from(i);
+        }
         if COLLECT && v >= above && !skip && out.len() <= cap {
             out.push((v, (first + base + j) as TokenId));
         }
@@ -192,9 +352,15 @@ fn fast_with<T: Logit, const MARKS: bool, const FUSED: bool, const COLLECT: bool
     let dev: f64 = dev.iter().map(|&d| f64::from(d)).sum();
     // Per weight: the exp, the sums of four in `f32` (`3 * 2^-24` at most), the `f64`
     // sums; the argument's roundings through `dev`; the clamped tail.
-    let err = z * (F32_REL_ERROR + 3.01 * U32 + 1e-11)
-        + 1.01 * (steps + 0.01) * U32 * dev
-        + row.len() as f64 * F32_ABS_ERROR;
+    let (rel, dev) = match shift {
+        Some(_) => (SHIFTED_REL_ERROR, 0.0),
+        None => (F32_REL_ERROR, 1.01 * (steps + 0.01) * U32 * dev),
+    };
+    if SPLIT {
+        let [above, inside] = split.map(|p| p.iter().sum());
+        *parts = [above, inside, rel, dev];
+    }
+    let err = z * (rel + SUM_ERROR) + dev + row.len() as f64 * F32_ABS_ERROR;
     (z, err)
 }
 
@@ -252,30 +418,59 @@ fn precise_with<T: Logit, const MARKS: bool>(
     z.iter().sum()
 }
 
-/// [`precise`] of the whole of `row` (no marks) and of its entries at or below
-/// `ceiling`, in one pass: the same weights, summed in the same order, so each sum is
-/// the one [`precise`] returns, bit for bit. Always inlined, so that
+/// [`precise`] of the whole of `row` and of its entries at or below `ceiling`, in one
+/// pass: the same weights, summed in the same order, so each sum is the one [`precise`]
+/// returns, bit for bit. Always inlined, so that
 /// [`simd::row_mass_precise_split`](crate::simd::row_mass_precise_split) can compile it
 /// for wider vectors.
 #[inline(always)]
-pub(crate) fn precise_split<T: Logit>(row: &[T], max: f32, t: f32, ceiling: f32) -> (f64, f64) {
+pub(crate) fn precise_split<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max: f32,
+    t: f32,
+    ceiling: f32,
+) -> (f64, f64) {
+    match marks {
+        None => precise_split_with::<T, false>(row, &[], max, t, ceiling),
+        Some(marks) => precise_split_with::<T, true>(row, marks, max, t, ceiling),
+    }
+}
+
+/// [`precise_split`], with the test of the marks compiled in or out.
+#[inline(always)]
+fn precise_split_with<T: Logit, const MARKS: bool>(
+    row: &[T],
+    marks: &[u32],
+    max: f32,
+    t: f32,
+    ceiling: f32,
+) -> (f64, f64) {
     let inv_t = 1.0 / f64::from(t);
     let max = f64::from(max);
     let (mut z, mut below) = ([0.0f64; LANES], [0.0f64; LANES]);
-    let weight = |v: f32| exp_neg(((f64::from(v) - max) * inv_t).min(0.0));
+    let weight = |v: f32, skip: bool| {
+        let w = exp_neg(((f64::from(v) - max) * inv_t).min(0.0));
+        if MARKS && skip {
+            0.0
+        } else {
+            w
+        }
+    };
     let chunks = row.chunks_exact(LANES);
     let base = row.len() - chunks.remainder().len();
-    for chunk in chunks {
+    for (c, chunk) in chunks.enumerate() {
         let v = load(chunk);
+        let m = lane_marks_if::<MARKS>(marks, c * LANES);
         for j in 0..LANES {
-            let w = weight(v[j]);
+            let w = weight(v[j], m & BITS[j] != 0);
             z[j] += w;
             below[j] += if v[j] > ceiling { 0.0 } else { w };
         }
     }
     for (j, x) in row[base..].iter().enumerate() {
         let v = x.to_f32();
-        let w = weight(v);
+        let w = weight(v, MARKS && is_marked(marks, base + j));
         z[j] += w;
         below[j] += if v > ceiling { 0.0 } else { w };
     }
@@ -569,9 +764,15 @@ pub(crate) fn mass_collect_in<T: Logit, const FUSED: bool>(
     out: &mut Vec<(f32, TokenId)>,
 ) -> (f64, f64) {
     let inf = f32::INFINITY;
+    let collect = (above, cap, first, out);
+    let no_split = ((0.0, 0.0), &mut [0.0; 4]);
     match marks {
-        None => fast_with::<T, false, FUSED, true>(row, &[], max, 1.0, inf, above, cap, first, out),
-        Some(m) => fast_with::<T, true, FUSED, true>(row, m, max, 1.0, inf, above, cap, first, out),
+        None => {
+            fast_with::<T, false, FUSED, true, false>(row, &[], max, 1.0, inf, collect, no_split)
+        }
+        Some(m) => {
+            fast_with::<T, true, FUSED, true, false>(row, m, max, 1.0, inf, collect, no_split)
+        }
     }
 }
 

@@ -755,6 +755,15 @@ dispatch!(
 );
 
 dispatch!(
+    /// [`mass::fast_split`], on the widest vectors the CPU has (fused multiply-adds in the
+    /// wide copies, as [`row_mass`]).
+    row_mass_split, row_mass_split_avx2, row_mass_split_avx512, mass::fast_split,
+    mass::fast_split_in::<T, true>,
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, window: (f32, f32))
+        -> mass::Split
+);
+
+dispatch!(
     /// [`mass::precise`], on the widest vectors the CPU has.
     row_mass_precise, row_mass_precise_avx2, row_mass_precise_avx512, mass::precise,
     fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, ceiling: f32) -> f64
@@ -764,7 +773,7 @@ dispatch!(
     /// [`mass::precise_split`], on the widest vectors the CPU has.
     row_mass_precise_split, row_mass_precise_split_avx2, row_mass_precise_split_avx512,
     mass::precise_split,
-    fn<T>(row: &[T], max: f32, t: f32, ceiling: f32) -> (f64, f64)
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, ceiling: f32) -> (f64, f64)
 );
 
 dispatch!(
@@ -1113,25 +1122,79 @@ mod tests {
                     }
                     let exact = mass::precise(&row, ov.marked(), max, t, ceiling);
                     // The one-pass pair: both sums as `precise` gives them, on every
-                    // level (the split takes no marks).
-                    let inf = f32::INFINITY;
+                    // level.
+                    let (inf, marks) = (f32::INFINITY, ov.marked());
                     let pair = (
-                        mass::precise(&row, None, max, t, inf),
-                        mass::precise(&row, None, max, t, ceiling),
+                        mass::precise(&row, marks, max, t, inf),
+                        mass::precise(&row, marks, max, t, ceiling),
                     );
                     let pair = (pair.0.to_bits(), pair.1.to_bits());
                     let split = |(a, b): (f64, f64)| (a.to_bits(), b.to_bits());
-                    assert_eq!(split(mass::precise_split(&row, max, t, ceiling)), pair);
+                    assert_eq!(
+                        split(mass::precise_split(&row, marks, max, t, ceiling)),
+                        pair
+                    );
                     // SAFETY: each copy runs only when the CPU was found to support it.
                     unsafe {
                         if avx2 {
-                            let p2 = row_mass_precise_split_avx2(&row, max, t, ceiling);
+                            let p2 = row_mass_precise_split_avx2(&row, marks, max, t, ceiling);
                             assert_eq!(split(p2), pair);
                         }
                         if avx512 {
-                            let p2 = row_mass_precise_split_avx512(&row, max, t, ceiling);
+                            let p2 = row_mass_precise_split_avx512(&row, marks, max, t, ceiling);
                             assert_eq!(split(p2), pair);
                         }
+                    }
+                    // The row's mass split around a window `(lo, ceiling]`: the total as
+                    // `fast` gives it (the same level's copy), each part within its bound
+                    // of the precise mass.
+                    let lo = ceiling - 1.5;
+                    let below_lo = mass::precise(&row, marks, max, t, lo);
+                    let (above, inside) = (
+                        mass::precise(&row, marks, max, t, inf) - exact,
+                        exact - below_lo,
+                    );
+                    let z_inf = mass::fast(&row, marks, max, t, inf).0;
+                    let mut splits =
+                        vec![(mass::fast_split(&row, marks, max, t, (lo, ceiling)), z_inf)];
+                    // SAFETY: each copy runs only when the CPU was found to support it.
+                    unsafe {
+                        if avx2 {
+                            let z2 = row_mass_avx2(&row, marks, max, t, inf).0;
+                            splits.push((
+                                row_mass_split_avx2(&row, marks, max, t, (lo, ceiling)),
+                                z2,
+                            ));
+                        }
+                        if avx512 {
+                            let z2 = row_mass_avx512(&row, marks, max, t, inf).0;
+                            splits.push((
+                                row_mass_split_avx512(&row, marks, max, t, (lo, ceiling)),
+                                z2,
+                            ));
+                        }
+                    }
+                    let whole = mass::precise(&row, marks, max, t, inf);
+                    for (k, (m, z_inf)) in splits.into_iter().enumerate() {
+                        // (The portable copy's weights are `fast`'s; the fused copies'
+                        // those of the whole-row weights.)
+                        if k == 0 {
+                            assert_eq!(m.total.to_bits(), z_inf.to_bits());
+                        }
+                        let err = m.err();
+                        assert!((m.total - whole).abs() <= err, "{m:?} {whole}");
+                        assert!((m.above - above).abs() <= err, "{m:?} {above}");
+                        assert!((m.window - inside).abs() <= err, "{m:?} {inside}");
+                        // The target against each end of the window.
+                        for u in [0.0, 0.3, 0.5, 0.9] {
+                            for (got, exact) in
+                                [(m.above, above), (m.above + m.window, above + inside)]
+                            {
+                                let miss = ((u * m.total - got) - (u * whole - exact)).abs();
+                                assert!(miss <= m.err_against(u, got), "{m:?} {u} {miss}");
+                            }
+                        }
+                        assert!(m.window > 0.0 || inside == 0.0);
                     }
                     // SAFETY: each copy runs only when the CPU was found to support it.
                     unsafe {
