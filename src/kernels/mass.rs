@@ -125,8 +125,8 @@ impl Split {
     /// entry is before the point and `u` otherwise, so the weights' part is
     /// `rel (u (total - before) + (1 - u) before)` (raised by `1e-5` of itself, for the
     /// computed masses in place of the exact ones) and `max(u, 1 - u)` of `dev`; the sums
-    /// round each by their own `sum`. Against `(1 + u)` times [`err`](Self::err) for the
-    /// two sums taken apart: about a third of it at `u = 1 / 2`.
+    /// round each by their own `sum`. Against `(1 + u)` times the total's bound
+    /// ([`fast`]'s) for the two sums taken apart: about a third of it at `u = 1 / 2`.
     pub(crate) fn err_against(&self, u: f64, before: f64) -> f64 {
         let weights = self.rel * (u * (self.total - before).max(0.0) + (1.0 - u) * before);
         weights * (1.0 + 1e-5)
@@ -242,7 +242,8 @@ fn fast_with<
             // `F32_ABS_ERROR` of the exact weight.
             let d = v - max;
             let w = exp_shifted_fused::<false>(v, d, s);
-            let w = if !(MARKS && skip) && d > least && v <= ceiling {
+            // (The split sums the whole row: no ceiling.)
+            let w = if !(MARKS && skip) && d > least {
                 w
             } else {
                 0.0
