@@ -377,51 +377,13 @@ pub(crate) fn precise<T: Logit>(
     t: f32,
     ceiling: f32,
 ) -> f64 {
-    match marks {
-        None => precise_with::<T, false>(row, &[], max, t, ceiling),
-        Some(marks) => precise_with::<T, true>(row, marks, max, t, ceiling),
-    }
-}
-
-/// [`precise`], with the test of the marks compiled in or out. Every lane computes its
-/// weight and drops it when it is left out, so that the loop compiles to SIMD.
-#[inline(always)]
-fn precise_with<T: Logit, const MARKS: bool>(
-    row: &[T],
-    marks: &[u32],
-    max: f32,
-    t: f32,
-    ceiling: f32,
-) -> f64 {
-    let inv_t = 1.0 / f64::from(t);
-    let max = f64::from(max);
-    let mut z = [0.0f64; LANES];
-    let weight = |v: f32, skip: bool| {
-        let w = exp_neg(((f64::from(v) - max) * inv_t).min(0.0));
-        if (MARKS && skip) || v > ceiling {
-            0.0
-        } else {
-            w
-        }
-    };
-    let chunks = row.chunks_exact(LANES);
-    let base = row.len() - chunks.remainder().len();
-    for (c, chunk) in chunks.enumerate() {
-        let v = load(chunk);
-        let m = lane_marks_if::<MARKS>(marks, c * LANES);
-        for j in 0..LANES {
-            z[j] += weight(v[j], m & BITS[j] != 0);
-        }
-    }
-    for (j, x) in row[base..].iter().enumerate() {
-        z[j] += weight(x.to_f32(), MARKS && is_marked(marks, base + j));
-    }
-    z.iter().sum()
+    // (The split's second sum, the first unused.)
+    precise_split(row, marks, max, t, ceiling).1
 }
 
 /// [`precise`] of the whole of `row` and of its entries at or below `ceiling`, in one
-/// pass: the same weights, summed in the same order, so each sum is the one [`precise`]
-/// returns, bit for bit. Always inlined, so that
+/// pass: [`precise`] is its second sum, and the first is the same weights summed in the
+/// same order, so it is [`precise`] at `+inf`, bit for bit. Always inlined, so that
 /// [`simd::row_mass_precise_split`](crate::simd::row_mass_precise_split) can compile it
 /// for wider vectors.
 #[inline(always)]
@@ -438,7 +400,8 @@ pub(crate) fn precise_split<T: Logit>(
     }
 }
 
-/// [`precise_split`], with the test of the marks compiled in or out.
+/// [`precise_split`], with the test of the marks compiled in or out. Every lane computes
+/// its weight and drops it when it is left out, so that the loop compiles to SIMD.
 #[inline(always)]
 fn precise_split_with<T: Logit, const MARKS: bool>(
     row: &[T],
