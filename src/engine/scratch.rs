@@ -26,16 +26,18 @@ pub(crate) struct Scratch {
     /// A second candidate list (one histogram bucket, for the draw) and its weights.
     pub(crate) cand2: Vec<(f32, TokenId)>,
     pub(crate) weight2: Vec<f64>,
-    /// Min-p's survivors on a flat row, or every finite token of a flat row drawn
-    /// whole, in id order (not draw order): their adjusted logits and their ids
-    /// (see [`flat`](crate::flat)), with room for a whole row and one vector more.
+    /// Min-p's survivors on a flat row, every finite token of a flat row drawn whole,
+    /// or the tokens of the window that a draw from the row in place searches, in id
+    /// order (not draw order): their adjusted logits and their ids (see
+    /// [`flat`](crate::flat)), with room for a whole row and one vector more.
     pub(crate) flat: Vec<f32>,
     pub(crate) flat_ids: Vec<TokenId>,
     /// The fast weights of `flat`, same order.
     pub(crate) flat_w: Vec<f32>,
     /// The entries of `flat` within the draw's window: their logits, their indices
     /// into `flat` and (once the window is compacted) their fast weights. Before that,
-    /// `win_w` holds the fast weights of `seeds` for a whole row's first search points.
+    /// `win_w` holds the fast weights of `seeds` for a whole row's first search points
+    /// (or the window a draw from the row in place reads).
     pub(crate) win: Vec<f32>,
     pub(crate) win_at: Vec<TokenId>,
     pub(crate) win_w: Vec<f32>,
