@@ -3588,27 +3588,11 @@ fn draw_in_place<U: Logit>(
         return None;
     }
     let f = Frame::new(max, t);
-    s.win_w.clear();
-    s.win_w.resize(s.seeds.len(), 0.0);
-    let sample = crate::simd::weigh(&s.seeds, f, &mut s.win_w);
-    let fs = [(u + IN_PLACE_BAND).min(1.0), (u - IN_PLACE_BAND).max(0.0)];
-    let range = (sample.least.next_down().max(f32::MIN), max);
-    let above = crate::simd::mass_above::<f32>;
-    let [lo, hi] = flat::sample_points(&s.seeds, &s.win_w, range, (fs, sample.total), above);
+    let [lo, hi] = seed_points(s, f, None, (u, IN_PLACE_BAND));
     let ov = &s.overlay;
     let mut m = crate::simd::row_mass_split(adj, ov.marked(), max, t, (lo, hi));
-    // The patches (marked in the row), in `f64`.
-    for &(_, l) in &ov.patch {
-        if l > f32::NEG_INFINITY {
-            let w = scaled(l, max, t).exp();
-            m.total += w;
-            if l > hi {
-                m.above += w;
-            } else if l > lo {
-                m.window += w;
-            }
-        }
-    }
+    let [total, above, inside] = patch_masses(&ov.patch, max, t, (lo, hi));
+    (m.total, m.above, m.window) = (m.total + total, m.above + above, m.window + inside);
     let target = u * m.total;
     // The target against the mass before a point of the window, within
     // `Split::err_against` of the exact difference at either end of the window (it is
@@ -3624,17 +3608,7 @@ fn draw_in_place<U: Logit>(
         return None;
     }
     crate::simd::compress(adj, ov.marked(), (lo, hi), &mut s.flat, &mut s.flat_ids);
-    s.cand2.clear();
-    s.cand2.extend(
-        ov.patch
-            .iter()
-            .filter(|p| p.1 > lo && p.1 <= hi)
-            .map(|&(id, l)| (l, id)),
-    );
-    if !s.cand2.is_empty() {
-        s.cand2.sort_unstable_by_key(|c| c.1);
-        flat::merge(&mut s.flat, &mut s.flat_ids, &s.cand2);
-    }
+    merge_patches(s, |l| l > lo && l <= hi);
     let k = s.flat.len();
     s.flat_w.resize(k, 0.0);
     let window = crate::simd::weigh(&s.flat, f, &mut s.flat_w);
@@ -3650,17 +3624,10 @@ fn draw_in_place<U: Logit>(
         Err(Some(hi)) => {
             // Within the fast bound: the row's precise masses, its patches with them.
             let ov = &s.overlay;
-            let (mut z, mut below) =
-                crate::simd::row_mass_precise_split(adj, ov.marked(), max, t, hi);
-            for &(_, l) in &ov.patch {
-                if l > f32::NEG_INFINITY {
-                    let w = scaled(l, max, t).exp();
-                    z += w;
-                    below += if l > hi { 0.0 } else { w };
-                }
-            }
+            let (z, below) = crate::simd::row_mass_precise_split(adj, ov.marked(), max, t, hi);
+            let [total, _, at_or_below] = patch_masses(&ov.patch, max, t, (f32::NEG_INFINITY, hi));
             // (Arguments below -708 weigh `e^-708`, counted per token.)
-            walk_precise(s, (z, below), terms, 708.0, u)?.0
+            walk_precise(s, (z + total, below + at_or_below), terms, 708.0, u)?.0
         }
     };
     let i = s.cand2.iter().position(|c| c.1 == id)?;
@@ -3675,6 +3642,53 @@ fn draw_in_place<U: Logit>(
         max,
         t,
     })
+}
+
+/// The points of a search's first pass, from the selection's sample of the row
+/// (`scratch.seeds`, weighed at frame `f` into `scratch.win_w`): above them the sample
+/// holds the fractions `q + band` and `q - band` of its mass ([`flat::sample_points`]),
+/// searched between `lo` (the sample's least value when `None`) and the maximum.
+fn seed_points(s: &mut Scratch, f: Frame, lo: Option<f32>, (q, band): (f64, f64)) -> [f32; 2] {
+    s.win_w.clear();
+    s.win_w.resize(s.seeds.len(), 0.0);
+    let sample = crate::simd::weigh(&s.seeds, f, &mut s.win_w);
+    let lo = lo.unwrap_or(sample.least.next_down().max(f32::MIN));
+    let fs = [(q + band).min(1.0), (q - band).max(0.0)];
+    let above = crate::simd::mass_above::<f32>;
+    flat::sample_points(&s.seeds, &s.win_w, (lo, f.max), (fs, sample.total), above)
+}
+
+/// The `f64` weights at temperature `t` against `max` of the finite patches (which the
+/// row's passes leave out, as marked): their sum, that of those above `hi`, and that
+/// of those in `(lo, hi]`.
+fn patch_masses(patch: &[(TokenId, f32)], max: f32, t: f32, (lo, hi): (f32, f32)) -> [f64; 3] {
+    let mut m = [0.0; 3];
+    for &(_, l) in patch.iter().filter(|p| p.1 > f32::NEG_INFINITY) {
+        let w = scaled(l, max, t).exp();
+        m[0] += w;
+        if l > hi {
+            m[1] += w;
+        } else if l > lo {
+            m[2] += w;
+        }
+    }
+    m
+}
+
+/// The patches whose adjusted logit `keep` takes, merged into `scratch.flat` and
+/// `scratch.flat_ids` (which the row's collection filled, the patches marked out), in
+/// id order.
+fn merge_patches(s: &mut Scratch, keep: impl Fn(f32) -> bool) {
+    s.cand2.clear();
+    s.cand2.extend(
+        (s.overlay.patch.iter())
+            .filter(|p| keep(p.1))
+            .map(|&(id, l)| (l, id)),
+    );
+    if !s.cand2.is_empty() {
+        s.cand2.sort_unstable_by_key(|c| c.1);
+        flat::merge(&mut s.flat, &mut s.flat_ids, &s.cand2);
+    }
 }
 
 /// The mass of the adjusted row `adj` (under `s.overlay`) at temperature `t` against
@@ -3759,21 +3773,11 @@ fn flat_min_p<U: Logit>(
         vals,
         ids,
     );
-    s.cand2.clear();
-    s.cand2.extend(
-        ov.patch
-            .iter()
-            .filter(|p| p.1 >= thr)
-            .map(|&(id, l)| (l, id)),
-    );
-    if !s.cand2.is_empty() {
-        s.cand2.sort_unstable_by_key(|c| c.1);
-        flat::merge(&mut s.flat, &mut s.flat_ids, &s.cand2);
-    }
+    merge_patches(s, |l| l >= thr);
     let m = s.flat.len();
     if keep > m {
         // Fewer survivors than `keep`: the best `keep`.
-        select::select_patched(adj, keep, ov, &mut s.cand)?;
+        select::select_patched(adj, keep, &s.overlay, &mut s.cand)?;
         fill_weights(&s.cand, max, t, &mut s.weight);
         let total = s.weight.iter().sum();
         return Ok(Survivors::Prefix {
@@ -3860,8 +3864,8 @@ fn settle_flat(s: &mut Scratch, survivors: Survivors) -> Survivors {
 /// survivors alone are sorted (rebuilt into `(value, id)`), and walked with their exact
 /// weights from the fast mass above the window. When the target comes within `margin`
 /// of a running sum there, the window is walked again from precise masses
-/// ([`walk_flat_precise`]); `None` when that cannot decide either, or the target is not
-/// reached: the row's exact path decides (`Err(None)`). With a [`Part`], `flat` holds
+/// ([`walk_flat_precise`]); `Err(None)` when that cannot decide either, or the target
+/// is not reached: the row's exact path decides. With a [`Part`], `flat` holds
 /// only the survivors of a window of a larger set (see there), and a walk the fast
 /// masses leave open gives `Err(Some(hi))`, the upper end of the window walked, for the
 /// caller to walk again from the set's precise masses ([`walk_precise`]).
@@ -3899,20 +3903,8 @@ fn draw_flat(
     // a row too short to have one, its thirds.
     let mut first = None;
     if whole && s.seeds.len() >= 64 {
-        let q = target / total;
         let band = 0.5 * (FLAT_WINDOW as f64 / s.flat.len() as f64).max(1.0 / 8.0);
-        let fs = [(q + band).min(1.0), (q - band).max(0.0)];
-        s.win_w.clear();
-        s.win_w.resize(s.seeds.len(), 0.0);
-        let z = crate::simd::weigh(&s.seeds, f, &mut s.win_w).total;
-        let above = crate::simd::mass_above::<f32>;
-        first = Some(flat::sample_points(
-            &s.seeds,
-            &s.win_w,
-            (lo, hi),
-            (fs, z),
-            above,
-        ));
+        first = Some(seed_points(s, f, Some(lo), (target / total, band)));
     }
     let mut slow = whole && first.is_none();
     for _ in 0..32 {

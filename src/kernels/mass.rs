@@ -105,9 +105,6 @@ pub(crate) struct Split {
     /// Bound on the error the arguments' roundings put in the total (`0` where `rel`
     /// counts them): every weight's share of it is at most its `w |x|` share.
     pub(crate) dev: f64,
-    /// Bound on the relative error of each sum's own roundings (`f32` sums of four, then
-    /// `f64`).
-    pub(crate) sum: f64,
     /// Bound on the absolute error of the weights clamped below `e^-87`, all of them.
     pub(crate) abs: f64,
 }
@@ -116,7 +113,7 @@ impl Split {
     /// [`fast`]'s bound on the error of `total`, which bounds that of each part too.
     #[cfg(test)]
     pub(crate) fn err(&self) -> f64 {
-        self.total * (self.rel + self.sum) + self.dev + self.abs
+        self.total * (self.rel + SUM_ERROR) + self.dev + self.abs
     }
 
     /// A bound on the error of `u * total - before`, `before` the mass of the entries
@@ -125,13 +122,13 @@ impl Split {
     /// entry is before the point and `u` otherwise, so the weights' part is
     /// `rel (u (total - before) + (1 - u) before)` (raised by `1e-5` of itself, for the
     /// computed masses in place of the exact ones) and `max(u, 1 - u)` of `dev`; the sums
-    /// round each by their own `sum`. Against `(1 + u)` times the total's bound
+    /// round each by [`SUM_ERROR`]. Against `(1 + u)` times the total's bound
     /// ([`fast`]'s) for the two sums taken apart: about a third of it at `u = 1 / 2`.
     pub(crate) fn err_against(&self, u: f64, before: f64) -> f64 {
         let weights = self.rel * (u * (self.total - before).max(0.0) + (1.0 - u) * before);
         weights * (1.0 + 1e-5)
             + u.max(1.0 - u) * self.dev
-            + self.sum * (u * self.total + before)
+            + SUM_ERROR * (u * self.total + before)
             + self.abs
     }
 }
@@ -174,7 +171,6 @@ pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
         window,
         rel,
         dev,
-        sum: SUM_ERROR,
         abs: row.len() as f64 * F32_ABS_ERROR,
     }
 }
