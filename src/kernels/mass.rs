@@ -89,7 +89,7 @@ pub(crate) fn fast_in<T: Logit, const FUSED: bool>(
     }
 }
 
-/// What [`fast_split`] found: the mass of the whole row, of its entries above `hi` and of
+/// What [`fast_split_in`] found: the mass of the whole row, of its entries above `hi` and of
 /// those in `(lo, hi]`, and the terms of their error bounds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Split {
@@ -179,22 +179,10 @@ pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
 /// 2^-24` at most), then the `f64` ones.
 const SUM_ERROR: f64 = 3.01 * U32 + 1e-11;
 
-/// [`fast_split_in`] without fused multiply-adds.
-#[inline(always)]
-pub(crate) fn fast_split<T: Logit>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    max: f32,
-    t: f32,
-    window: (f32, f32),
-) -> Split {
-    fast_split_in::<T, false>(row, marks, max, t, window)
-}
-
 /// [`fast`], with the test of the marks compiled in or out; with `COLLECT` the
 /// collection of [`online_collect`]: the unmarked entries `>= above` pushed into `out`
 /// (in id order, with their index plus `first`, the id of `row[0]`) while it holds at
-/// most `cap`; with `SPLIT` ([`fast_split`]) the mass of the entries `> hi` into
+/// most `cap`; with `SPLIT` ([`fast_split_in`]) the mass of the entries `> hi` into
 /// `parts[0]` and of those in `(lo, hi]` into `parts[1]`, each summed as the total is,
 /// and the terms of the bound into `parts[2]` (each weight's relative error) and
 /// `parts[3]` (the arguments' roundings, as a sum).

@@ -755,10 +755,10 @@ dispatch!(
 );
 
 dispatch!(
-    /// [`mass::fast_split`], on the widest vectors the CPU has (fused multiply-adds in the
-    /// wide copies, as [`row_mass`]).
-    row_mass_split, row_mass_split_avx2, row_mass_split_avx512, mass::fast_split,
-    mass::fast_split_in::<T, true>,
+    /// [`mass::fast_split_in`], on the widest vectors the CPU has (fused multiply-adds in
+    /// the wide copies, as [`row_mass`]).
+    row_mass_split, row_mass_split_avx2, row_mass_split_avx512,
+    mass::fast_split_in::<T, false>, mass::fast_split_in::<T, true>,
     fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, window: (f32, f32))
         -> mass::Split
 );
@@ -1155,8 +1155,10 @@ mod tests {
                         exact - below_lo,
                     );
                     let z_inf = mass::fast(&row, marks, max, t, inf).0;
-                    let mut splits =
-                        vec![(mass::fast_split(&row, marks, max, t, (lo, ceiling)), z_inf)];
+                    let mut splits = vec![(
+                        mass::fast_split_in::<_, false>(&row, marks, max, t, (lo, ceiling)),
+                        z_inf,
+                    )];
                     // SAFETY: each copy runs only when the CPU was found to support it.
                     unsafe {
                         if avx2 {
