@@ -121,6 +121,35 @@ const TYPICAL_STRIDE: usize = 128;
 /// else left to the dense copy. Any width gives the stage's token.
 const DYN_TEMP_WIDTH: f64 = 1e-6;
 
+/// Dynamic temperature first's bracket `(ta, tb)` of draw temperatures and the bound on
+/// the row's mean distance below its maximum (see [`Engine::dyn_temp_bracket`]).
+type Bracket = ((f32, f32), f64);
+
+/// The second uniform a draw tests for dynamic temperature first (see
+/// [`Engine::draw_at_both`]): for a draw with uniform `u` at `ta` whose row has the
+/// total `Z >= z` there, `u` times the smaller of `(N / z)^power` and `e^share`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reach {
+    /// `1 - ta / tb`.
+    power: f64,
+    /// The row's tokens and patches.
+    n: f64,
+    /// `(1 / ta - 1 / tb) gap`, or `inf`.
+    share: f64,
+}
+
+impl Reach {
+    /// The second uniform for `u` and a lower bound `z` on the row's total at `ta`;
+    /// `None` at 1 or above.
+    fn uniform(&self, u: f64, z: f64) -> Option<f64> {
+        let ln = (self.n / z.max(1.0)).ln().max(0.0);
+        // (The quotients, the logarithm, the exponential and the products each round
+        // within an ulp or two: `1e-12` of the whole covers them.)
+        let r = u * (self.power * ln).min(self.share).exp() * (1.0 + 1e-12);
+        (r < 1.0).then_some(r)
+    }
+}
+
 /// Typical-p's centre on a row: the row's maximum, the centre `c` relative to it, and
 /// the bounds of [`floor_band::typical`](crate::floor_band::typical).
 struct Centre {
@@ -957,7 +986,7 @@ impl Engine {
         let u = u.unwrap_or_else(|| self.rng.uniform(self.seq.step()));
         self.build_patches(row, mask);
         let drawn = match self.dyn_temp_bracket(row, rule) {
-            Ok(Some(bracket)) => self.draw_at_both(row, bracket, u),
+            Ok(Some((bracket, gap))) => self.draw_at_both(row, bracket, gap, u).map(|d| d.0),
             _ => None,
         };
         self.scratch.overlay.clear();
@@ -969,14 +998,33 @@ impl Engine {
 
     /// The draw with uniform `u` from `row` under `scratch.overlay` at the draw
     /// temperatures `ta` and `tb`, as the sample at `ta` when both pick the same token
-    /// (see [`run_dyn_temp`](Self::run_dyn_temp)); `None` otherwise, or on an error,
-    /// which the dense copy then reports.
+    /// (see [`run_dyn_temp`](Self::run_dyn_temp)), and whether one draw decided it;
+    /// `None` otherwise, or on an error, which the dense copy then reports.
+    ///
+    /// One draw at `ta` decides both when its target for a second uniform above `u`
+    /// ([`Reach`]) lands on the same token, as a draw from the whole row's best tokens
+    /// tests ([`draw_from_best`]; a flat row's search, [`draw_flat`], in its last walk).
+    /// The share `F_k(T)` of the first `k` tokens in draw order only falls as `T` rises,
+    /// so the token at `tb` is the one at `ta` when `u < F_k(tb)`, and `F_k(ta) / F_k(tb)`
+    /// is at most the second uniform over `u` for the smaller of two bounds:
+    /// - `(N / Z)^(1 - ta / tb)`, `N` the row's tokens and patches (at least its finite
+    ///   ones) and `Z` the total at `ta` (at least the maximum's weight 1): at `T = tb`
+    ///   each weight `w = e^((l - max) / ta) <= 1` becomes `w^a`, `a = ta / tb`, no
+    ///   smaller, and, `x^a` being concave, the total at most `N^(1 - a) Z^a`;
+    /// - when `tb <= 1`, `e^((1 / ta - 1 / tb) gap)`, `gap` a bound on the mean distance
+    ///   `E[max - l]` below the maximum at temperature 1: `ln F_k` falls, as `1 / T`
+    ///   falls, at the rate `E_k[l] - E[l] <= E[max - l]` (the first over the first `k`
+    ///   tokens, the second over all, at `1 / T`), which rises as `1 / T` falls, so is
+    ///   at most its value at 1.
+    ///
+    /// Otherwise the draw at `tb` decides as well.
     fn draw_at_both<T: Logit>(
         &mut self,
         row: &[T],
         (ta, tb): (f32, f32),
+        gap: f64,
         u: f64,
-    ) -> Option<Sample> {
+    ) -> Option<(Sample, bool)> {
         let (group_t, draw_t) = (self.params.temperature, self.draw_temperature);
         let at = |e: &mut Self, t: f32| {
             // (The draw's temperature: a trailing one's when the chain has it.)
@@ -986,24 +1034,43 @@ impl Engine {
             }
             e.finish(row, row, None, Goal::Draw(Some(u)))
         };
-        let b = at(self, tb);
+        let n = (row.len() + self.scratch.overlay.patch.len()) as f64;
+        let (ta64, tb64) = (f64::from(ta), f64::from(tb));
+        let rise = 1.0 / ta64 - 1.0 / tb64;
+        self.scratch.reach = Some(Reach {
+            power: ta64 * rise,
+            n,
+            share: if tb64 <= 1.0 {
+                rise * gap
+            } else {
+                f64::INFINITY
+            },
+        });
         let a = at(self, ta);
+        self.scratch.reach = None;
+        let b = match std::mem::take(&mut self.scratch.reached) {
+            true => None,
+            false => Some(at(self, tb)),
+        };
         (self.params.temperature, self.draw_temperature) = (group_t, draw_t);
         match (a, b) {
-            (Ok(Some(a)), Ok(Some(b))) if a.token == b.token => Some(a),
+            (Ok(Some(a)), None) => Some((a, true)),
+            (Ok(Some(a)), Some(Ok(Some(b)))) if a.token == b.token => Some((a, false)),
             _ => None,
         }
     }
 
     /// The `f32` temperatures `(ta, tb)` that bracket the dynamic temperature `rule`
     /// times the draw's on `row` under `scratch.overlay` (see
-    /// [`run_dyn_temp`](Self::run_dyn_temp)); `None` when the bounds cannot give them,
-    /// or give a temperature the `f32` weights do not hold at.
+    /// [`run_dyn_temp`](Self::run_dyn_temp)), and a bound on the row's mean distance
+    /// below its maximum at temperature 1 (`s / z` of its entropy sums, `inf` when
+    /// they do not bound it); `None` when the bounds cannot give them, or give a
+    /// temperature the `f32` weights do not hold at.
     fn dyn_temp_bracket<T: Logit>(
         &self,
         row: &[T],
         rule: (f32, f32, f32),
-    ) -> Result<Option<(f32, f32)>, Error> {
+    ) -> Result<Option<Bracket>, Error> {
         let ov = &self.scratch.overlay;
         let (max, e) = entropy_under(row, ov)?;
         if max == f32::NEG_INFINITY {
@@ -1017,8 +1084,13 @@ impl Engine {
         let wide = |b: Option<(f32, f32)>| {
             b.is_some_and(|(a, b)| f64::from(b) - f64::from(a) > DYN_TEMP_WIDTH * f64::from(a))
         };
+        // (The quotient and its operands' bounds within a few ulps.)
+        let gap = |e: &crate::stats::Entropy| match e.z - e.z_err {
+            z if z > 0.0 => (e.s + e.s_err) / z * (1.0 + 4.0 * crate::stats::U64),
+            _ => f64::INFINITY,
+        };
         if self.params.logprobs().is_none() || !wide(fast) {
-            return Ok(fast);
+            return Ok(fast.map(|b| (b, gap(&e))));
         }
         // The logprobs are reported at the lower end: the precise statistics narrow a
         // bracket too wide for them (near a zero entropy, an exponent below 1 magnifies
@@ -1028,7 +1100,7 @@ impl Engine {
             e.add_exact(l, max);
         }
         let precise = self.dyn_temp_at(&e, n, rule);
-        Ok(precise.filter(|_| !wide(precise)))
+        Ok(precise.filter(|_| !wide(precise)).map(|b| (b, gap(&e))))
     }
 
     /// The bracket of [`dyn_temp_bracket`](Self::dyn_temp_bracket) from the entropy
@@ -3522,7 +3594,12 @@ fn mass_below(seeds: &[f32], n: usize, (max, floor): (f32, f32), t: f32) -> Opti
 /// target lies beyond those tokens or within that margin, and without the
 /// mass pass when the selection's sample of the row shows the target beyond them (a
 /// flat row; see [`mass_below`]).
+///
+/// With `s.reach`, a second uniform above `u`, the crossing of its target is decided as
+/// well, and `s.reached` tells whether both pick the same token (as [`draw_flat`] does
+/// for the flat row's paths).
 fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Result<BestDraw, Error> {
+    s.reached = false;
     let (keys, seeds, rest) = (&mut s.keys, &mut s.seeds, &mut s.rest);
     rest.clear();
     select::select_buffered(adj, DRAW_BEST, &s.overlay, keys, seeds, &mut s.cand, rest)?;
@@ -3546,8 +3623,13 @@ fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Resul
     // (The bound is to the exact exponentials: each `f64` weight is within 2^-52 of its
     // own, and every sum of the row's terms within `draw::margin`.)
     let terms = adj.len() + s.cand.len();
-    let margin = u * err + draw::margin(terms, z) + 4.0 * f64::EPSILON * z;
-    Ok(match nucleus::crossing(&s.weight, 0.0, u * z, margin) {
+    let margin = |u: f64| u * err + draw::margin(terms, z) + 4.0 * f64::EPSILON * z;
+    let crossing = |u: f64| nucleus::crossing(&s.weight, 0.0, u * z, margin(u));
+    let at = crossing(u);
+    let reach = s.reach.and_then(|r| r.uniform(u, z - err)).map(crossing);
+    s.reached =
+        matches!((at, reach), (nucleus::Crossing::At(a), Some(nucleus::Crossing::At(b))) if a == b);
+    Ok(match at {
         nucleus::Crossing::At(n) => BestDraw::Drawn(Survivors::Row {
             i: n - 1,
             n: s.cand.len(),
@@ -3869,6 +3951,9 @@ fn settle_flat(s: &mut Scratch, survivors: Survivors) -> Survivors {
 /// only the survivors of a window of a larger set (see there), and a walk the fast
 /// masses leave open gives `Err(Some(hi))`, the upper end of the window walked, for the
 /// caller to walk again from the set's precise masses ([`walk_precise`]).
+///
+/// With `s.reach`, a second uniform above `u`, `s.reached` tells whether its target
+/// lies short of the running sum that decided the draw by the margin (the same token).
 fn draw_flat(
     s: &mut Scratch,
     (f, t, floor, whole): (Frame, f32, f32, bool),
@@ -3876,6 +3961,7 @@ fn draw_flat(
     margin: f64,
     part: Option<Part>,
 ) -> Result<(TokenId, f64), Option<f32>> {
+    s.reached = false;
     let target = u * part.map_or(total, |p| p.total);
     let mid = |a: f32, b: f32, q: f64| (f64::from(a) + (f64::from(b) - f64::from(a)) * q) as f32;
     let (mut lo, mut hi) = match part {
@@ -3990,6 +4076,13 @@ fn draw_flat(
                     Some(_) => Err(Some(hi)),
                 };
             }
+            // A second uniform's target short of the same sum by the margin picks the
+            // same token. (The margin bounds the target's error at `u`: the total is
+            // at least `total - margin / u`, and the target's error at `r > u` at most
+            // `r / u` times it.)
+            let total = part.map_or(total, |p| p.total);
+            let reach = s.reach.and_then(|r| r.uniform(u, total - margin / u));
+            s.reached = reach.is_some_and(|r| r * total + margin * (r / u) < c);
             return Ok((s.cand2[i].1, x));
         }
     }
@@ -4473,7 +4566,8 @@ mod tests {
 
     /// Dynamic temperature first brackets the stage's own temperature (7e-8 to 2e-6 of
     /// it on these rows, the widest at exponent 2.5), and the draws at both ends agree
-    /// for most uniforms.
+    /// for most uniforms, on the token a plain `f64` inverse CDF gives at the stage's
+    /// temperature; one draw decides both ends for most uniforms.
     #[test]
     fn dynamic_temperature_first_draws_on_the_row_in_place() {
         let mut x = 0x5a5a_0f0f_3c3c_9696u64;
@@ -4490,7 +4584,7 @@ mod tests {
                 let e = &mut chain.engine;
                 let rule = e.dyn_temp.expect("dynamic temperature first is planned");
                 e.build_patches(&row[..], None);
-                let (ta, tb) = e.dyn_temp_bracket(&row[..], rule).unwrap().unwrap();
+                let ((ta, tb), gap) = e.dyn_temp_bracket(&row[..], rule).unwrap().unwrap();
                 e.scratch.overlay.clear();
                 let t = applied(stage, row, e).temperature() * f64::from(0.8f32);
                 assert!(
@@ -4499,22 +4593,82 @@ mod tests {
                 );
                 let width = f64::from(tb - ta) / t;
                 assert!(width < 1e-5, "{name}, {delta}, {exponent}: {width:e}");
-                let mut decided = 0;
+                // The row in draw order, for a plain `f64` inverse CDF at the stage's
+                // temperature.
+                let mut order: Vec<(f32, TokenId)> =
+                    (0..n).map(|i| (row[i], i as TokenId)).collect();
+                order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                let w: Vec<f64> = (order.iter())
+                    .map(|&(l, _)| ((f64::from(l) - f64::from(order[0].0)) / t).exp())
+                    .collect();
+                let z: f64 = w.iter().sum();
+                let (mut decided, mut once) = (0, 0);
                 for k in 0..50 {
                     let u = (f64::from(k) + 0.5) / 50.0;
                     let e = &mut chain.engine;
                     e.build_patches(&row[..], None);
-                    decided += usize::from(e.draw_at_both(&row[..], (ta, tb), u).is_some());
+                    let drawn = e.draw_at_both(&row[..], (ta, tb), gap, u);
                     e.scratch.overlay.clear();
                     assert_eq!(
                         e.params.temperature, 0.8,
                         "the group's temperature restored"
                     );
+                    let Some((sample, one)) = drawn else {
+                        continue;
+                    };
+                    let (mut c, mut i) = (0.0, 0);
+                    while i + 1 < n && c + w[i] <= u * z {
+                        c += w[i];
+                        i += 1;
+                    }
+                    assert_eq!(sample.token, order[i].1, "{name}, {delta}, {exponent}: {u}");
+                    decided += 1;
+                    once += usize::from(one);
                 }
                 assert!(
                     decided >= 45,
                     "{name}, {delta}, {exponent}: {decided} of 50"
                 );
+                // One draw decides both ends: from a peaked row's best tokens, or in
+                // a flat row's search.
+                assert!(
+                    once >= 40,
+                    "{name}, {delta}, {exponent}: {once} of 50 in one draw"
+                );
+            }
+        }
+    }
+
+    /// A bracket whose two ends pick different tokens is not decided, by one draw or
+    /// two: a uniform between the best token's shares at the two ends (a bracket wide
+    /// enough to place one there, near the lower share, where a second uniform short
+    /// of `u N^(1 - ta / tb)` would pick the best token at `ta`), and one below both,
+    /// which both ends give the best token.
+    #[test]
+    fn a_bracket_whose_ends_disagree_is_left_to_the_stage() {
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        let n = 151_936;
+        let base = crate::test_rows::uniform_row(&mut x, n, 4.0, 101, 7);
+        let stage = crate::DynamicTemperature::new(0.8, 0.5, 1.0).unwrap();
+        let mut chain = first_of(stage, n);
+        let e = &mut chain.engine;
+        // A best token of share near 1, and one of share 0.9 with a narrow bracket.
+        for (top, (ta, tb)) in [(16.0f32, (0.8f32, 0.9f32)), (12.0, (0.8, 0.801))] {
+            let mut row = base.clone();
+            row[7] = top;
+            let share = |t: f32| {
+                let z: f64 = (row.iter())
+                    .map(|&l| ((f64::from(l) - f64::from(top)) / f64::from(t)).exp())
+                    .sum();
+                1.0 / z
+            };
+            let (fa, fb) = (share(ta), share(tb));
+            assert!(fb + 1e-4 < fa, "{fb} {fa}");
+            for (u, want) in [(fb + 0.1 * (fa - fb), None), (0.5 * fb, Some(7))] {
+                e.build_patches(&row[..], None);
+                let drawn = e.draw_at_both(&row[..], (ta, tb), f64::INFINITY, u);
+                e.scratch.overlay.clear();
+                assert_eq!(drawn.map(|d| d.0.token), want, "{top}: {fb} {u} {fa}");
             }
         }
     }
@@ -4540,7 +4694,7 @@ mod tests {
             let e = &mut chain.engine;
             let rule = e.dyn_temp.expect("dynamic temperature first is planned");
             e.build_patches(&row[..], None);
-            let out = e.dyn_temp_bracket(&row[..], rule).unwrap().unwrap();
+            let out = e.dyn_temp_bracket(&row[..], rule).unwrap().unwrap().0;
             e.scratch.overlay.clear();
             let t = applied(stage.clone(), &row, e).temperature() * f64::from(0.8f32);
             (out, t)
