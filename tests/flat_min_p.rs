@@ -1,7 +1,8 @@
 //! Min-p on flat rows: thousands of survivors (beyond the 4,096 the one-pass selection
 //! sorts), which the Sampler and a chain's first cut group take by the exact threshold
 //! on the logit and draw from without sorting them; and min-p 0, a draw from every
-//! finite token of a flat row, which takes the same path. Against `logits::reference`: the
+//! finite token of a flat row, which takes the same path; and a floor that keeps most of
+//! the row, drawn from the row in place above it. Against `logits::reference`: the
 //! kept set and its probabilities, and the token for uniforms on and next to the
 //! cumulative boundaries, over `f32`/`f16`/`bf16` rows, with a mask (read as marks, or
 //! as a compact row), a logit bias, a presence penalty, `min_tokens_to_keep` and a
@@ -294,4 +295,62 @@ fn a_full_bf16_flat_row_drawn_whole_agrees_with_reference() {
     let half: Vec<bf16> = case.row().iter().map(|&x| bf16::from_f32(x)).collect();
     let exact: Vec<f32> = half.iter().map(|x| x.to_f32()).collect();
     check(&case, &half, &exact).unwrap();
+}
+
+/// Min-p 0.001 on a flat row of 151,936 keeps nearly all of it (a floor the draw takes
+/// from the row in place): every boundary uniform, Sampler and chain.
+#[test]
+fn a_floor_keeping_most_of_a_full_flat_row_agrees_with_reference() {
+    full_flat_row(0.001);
+}
+
+/// The same floor with the row's best token biased below it: its logprob among the
+/// alternatives is `-inf` (removed), and every other alternative's is the reference's,
+/// over the survivors, for uniforms across the row.
+#[test]
+fn a_token_below_a_floor_drawn_in_place_is_reported_removed() {
+    let case = Case {
+        seed: 7,
+        n: 151_936,
+        scale: 1.0,
+        min_p: 0.001,
+        t: 0.8,
+        min_keep: 1,
+        mask: 0,
+        bias: false,
+        penalty: false,
+        elem: 0,
+    };
+    let row = case.row();
+    let n = row.len();
+    let best = (0..n).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap() as u32;
+    let params = SamplingParams::builder()
+        .temperature(0.8)
+        .min_p(0.001)
+        .logit_bias(best, -12.0)
+        .logprobs(8)
+        .build()
+        .unwrap();
+    let history = History::new(&[], 0);
+    let adjusted = reference::adjust(&row, n, &params, &history, None).unwrap();
+    let survivors = reference::survivors(&adjusted, &params).unwrap();
+    assert!(survivors.len() > n / 2, "{} survivors", survivors.len());
+    assert!(survivors.iter().all(|c| c.id != best));
+    let total: f64 = survivors.iter().map(Candidate::weight).sum();
+    let mut sampler = Sampler::new(params, n).unwrap();
+    for k in 0..16 {
+        let u = (f64::from(k) + 0.5) / 16.0;
+        let got = sampler.sample_with_uniform(&row, None, u).unwrap();
+        sampler.rollback(1);
+        let alts = got.alternatives();
+        assert_eq!(alts.len(), 8);
+        let cut = alts.iter().find(|a| a.token == best).expect("the raw best");
+        assert_eq!(cut.logprob, f32::NEG_INFINITY, "u {u}");
+        for a in alts.iter().filter(|a| a.token != best) {
+            let c = survivors.iter().find(|c| c.id == a.token).expect("kept");
+            let want = (c.weight() / total).ln();
+            let err = (f64::from(a.logprob) - want).abs();
+            assert!(err <= 1e-5 * want.abs().max(1.0), "u {u}: {a:?} {want}");
+        }
+    }
 }

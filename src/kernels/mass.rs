@@ -78,7 +78,7 @@ pub(crate) fn fast_in<T: Logit, const FUSED: bool>(
         return (z, z * 1e-14 + row.len() as f64 * 3.4e-308);
     }
     let none = (0.0, 0, 0, &mut Vec::new());
-    let no_split = ((0.0, 0.0), &mut [0.0; 4]);
+    let no_split = ((0.0, 0.0, f32::NEG_INFINITY), &mut [0.0; 4]);
     match marks {
         None => {
             fast_with::<T, false, FUSED, false, false>(row, &[], max, t, ceiling, none, no_split)
@@ -89,11 +89,11 @@ pub(crate) fn fast_in<T: Logit, const FUSED: bool>(
     }
 }
 
-/// What [`fast_split_in`] found: the mass of the whole row, of its entries above `hi` and of
-/// those in `(lo, hi]`, and the terms of their error bounds.
+/// What [`fast_split_in`] found: the mass of the row at or above its floor, of its entries
+/// above `hi` and of those in `(lo, hi]`, and the terms of their error bounds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Split {
-    /// The mass of every unmarked entry.
+    /// The mass of every unmarked entry at or above the floor.
     pub(crate) total: f64,
     /// The mass of the unmarked entries `> hi`: those before the window in draw order.
     pub(crate) above: f64,
@@ -133,9 +133,10 @@ impl Split {
     }
 }
 
-/// [`fast`]'s mass of the whole `row` (`ceiling = +inf`), and in the same pass that of its
-/// entries above `hi` and of those in the window `(lo, hi]`: where a draw's target lies
-/// against the window, from one read of the row in place. Each part sums a subset of
+/// [`fast`]'s mass of the entries of `row` at or above `floor` (`-inf`: the whole row, as
+/// `fast` with `ceiling = +inf`), and in the same pass that of its entries above `hi` and
+/// of those in the window `(lo, hi]` (entries below `floor` weighing nothing in any): where
+/// a draw's target lies against the window, from one read of the row in place. Each part sums a subset of
 /// the same `f32` weights in the same way (four per lane in `f32`, then `f64`), so the
 /// total's bound bounds each part's error. With `FUSED` and a [`Shift`] of `max` and `t`,
 /// the weights of [`exp_shifted_fused`], as the whole-row weights take them: within
@@ -150,17 +151,18 @@ pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
     max: f32,
     t: f32,
     window: (f32, f32),
+    floor: f32,
 ) -> Split {
     let inf = f32::INFINITY;
     let none = (0.0, 0, 0, &mut Vec::new());
     let mut parts = [0.0; 4];
     let total = match marks {
         None => {
-            let split = (window, &mut parts);
+            let split = ((window.0, window.1, floor), &mut parts);
             fast_with::<T, false, FUSED, false, true>(row, &[], max, t, inf, none, split).0
         }
         Some(m) => {
-            let split = (window, &mut parts);
+            let split = ((window.0, window.1, floor), &mut parts);
             fast_with::<T, true, FUSED, false, true>(row, m, max, t, inf, none, split).0
         }
     };
@@ -201,7 +203,7 @@ fn fast_with<
     t: f32,
     ceiling: f32,
     (above, cap, first, out): (f32, usize, usize, &mut Vec<(f32, TokenId)>),
-    ((lo, hi), parts): ((f32, f32), &mut [f64; 4]),
+    ((lo, hi, floor), parts): ((f32, f32, f32), &mut [f64; 4]),
 ) -> (f64, f64) {
     let inv_t = 1.0 / t;
     // The rounding steps in the argument: the subtraction, and the product unless
@@ -226,8 +228,8 @@ fn fast_with<
             // `F32_ABS_ERROR` of the exact weight.
             let d = v - max;
             let w = exp_shifted_fused::<false>(v, d, s);
-            // (The split sums the whole row: no ceiling.)
-            let w = if !(MARKS && skip) && d > least {
+            // (The split sums the row above its floor: no ceiling.)
+            let w = if !(MARKS && skip) && d > least && v >= floor {
                 w
             } else {
                 0.0
@@ -240,7 +242,7 @@ fn fast_with<
         let x = if MARKS && x > 0.0 { 0.0 } else { x };
         let x = if x > -87.0 { x } else { -87.0 };
         let w = exp_neg_f32_with::<FUSED>(x);
-        let w = if (MARKS && skip) || v > ceiling {
+        let w = if (MARKS && skip) || v > ceiling || (SPLIT && v < floor) {
             0.0
         } else {
             w
@@ -713,7 +715,7 @@ pub(crate) fn mass_collect_in<T: Logit, const FUSED: bool>(
 ) -> (f64, f64) {
     let inf = f32::INFINITY;
     let collect = (above, cap, first, out);
-    let no_split = ((0.0, 0.0), &mut [0.0; 4]);
+    let no_split = ((0.0, 0.0, f32::NEG_INFINITY), &mut [0.0; 4]);
     match marks {
         None => {
             fast_with::<T, false, FUSED, true, false>(row, &[], max, 1.0, inf, collect, no_split)

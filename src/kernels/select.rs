@@ -103,6 +103,24 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     Ok(())
 }
 
+/// Appends to `out` the first entry of each block of `row` ([`BLOCK`](crate::adjust::BLOCK)
+/// entries) that is finite and unmarked: a sample of the row, one entry in 64.
+pub(crate) fn sample_blocks<T: crate::element::Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    out: &mut Vec<f32>,
+) {
+    let marked = |i: usize| marks.is_some_and(|m| crate::adjust::is_marked(m, i));
+    // (An indexed loop: the same chain of iterator adapters compiles to a call per
+    // entry.)
+    for i in (0..row.len()).step_by(crate::adjust::BLOCK) {
+        let l = row[i].to_f32();
+        if l > f32::NEG_INFINITY && !l.is_nan() && !marked(i) {
+            out.push(l);
+        }
+    }
+}
+
 /// The `k` best finite entries of a row of any element type under `overlay` (the
 /// marked tokens left out, the patches in), sorted by [`order`], for a `k` too large for
 /// the sorted buffer of [`select_row`] (hundreds to thousands), checking the row and the
@@ -115,7 +133,7 @@ pub(crate) fn select_row<T: crate::element::Logit>(
 /// into a sorted buffer. The patches join at the end.
 ///
 /// `seed_values` receives the entries the starting threshold is taken from (one per block,
-/// unmarked and finite; empty for a short row), a sample of the row.
+/// unmarked and finite, as [`sample_blocks`]; empty for a short row), a sample of the row.
 ///
 /// `rest` receives the entries beyond the best `k` that the pass found anyway (unsorted,
 /// as keys; see [`append_rest`]), when they are exactly the next best ones: every entry
@@ -143,21 +161,13 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
         return overlay.check();
     }
     let marks = overlay.marked();
-    let marked = |i: usize| marks.is_some_and(|m| crate::adjust::is_marked(m, i));
     // A starting threshold from one unmarked entry per block: the `2k / BLOCK`-th largest
     // of them has about `2k` entries above it, so the pass collects few entries beyond the
     // `k` it needs. Should fewer than `k` lie above it, the pass runs again from `-inf`.
     let wanted = 2 * k / BLOCK;
     let mut start_at = f32::NEG_INFINITY;
     if wanted > 0 && row.len() / BLOCK > 4 * wanted {
-        // (An indexed loop: the same chain of iterator adapters compiles to a call per
-        // entry.)
-        for i in (0..row.len()).step_by(BLOCK) {
-            let l = row[i].to_f32();
-            if l > f32::NEG_INFINITY && !l.is_nan() && !marked(i) {
-                seed_values.push(l);
-            }
-        }
+        sample_blocks(row, marks, seed_values);
         keys.extend(
             seed_values
                 .iter()

@@ -759,7 +759,7 @@ dispatch!(
     /// the wide copies, as [`row_mass`]).
     row_mass_split, row_mass_split_avx2, row_mass_split_avx512,
     mass::fast_split_in::<T, false>, mass::fast_split_in::<T, true>,
-    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, window: (f32, f32))
+    fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, window: (f32, f32), floor: f32)
         -> mass::Split
 );
 
@@ -1145,58 +1145,57 @@ mod tests {
                             assert_eq!(split(p2), pair);
                         }
                     }
-                    // The row's mass split around a window `(lo, ceiling]`: the total as
-                    // `fast` gives it (the same level's copy), each part within its bound
-                    // of the precise mass.
+                    // The row's mass at or above a floor split around a window
+                    // `(lo, ceiling]`: with no floor the total as `fast` gives it (the
+                    // same level's copy), each part within its bound of the precise mass
+                    // (entries below the floor weighing nothing in any).
                     let lo = ceiling - 1.5;
-                    let below_lo = mass::precise(&row, marks, max, t, lo);
-                    let (above, inside) = (
-                        mass::precise(&row, marks, max, t, inf) - exact,
-                        exact - below_lo,
-                    );
-                    let z_inf = mass::fast(&row, marks, max, t, inf).0;
-                    let mut splits = vec![(
-                        mass::fast_split_in::<_, false>(&row, marks, max, t, (lo, ceiling)),
-                        z_inf,
-                    )];
-                    // SAFETY: each copy runs only when the CPU was found to support it.
-                    unsafe {
-                        if avx2 {
-                            let z2 = row_mass_avx2(&row, marks, max, t, inf).0;
-                            splits.push((
-                                row_mass_split_avx2(&row, marks, max, t, (lo, ceiling)),
-                                z2,
-                            ));
-                        }
-                        if avx512 {
-                            let z2 = row_mass_avx512(&row, marks, max, t, inf).0;
-                            splits.push((
-                                row_mass_split_avx512(&row, marks, max, t, (lo, ceiling)),
-                                z2,
-                            ));
-                        }
-                    }
                     let whole = mass::precise(&row, marks, max, t, inf);
-                    for (k, (m, z_inf)) in splits.into_iter().enumerate() {
-                        // (The portable copy's weights are `fast`'s; the fused copies'
-                        // those of the whole-row weights.)
-                        if k == 0 {
-                            assert_eq!(m.total.to_bits(), z_inf.to_bits());
-                        }
-                        let err = m.err();
-                        assert!((m.total - whole).abs() <= err, "{m:?} {whole}");
-                        assert!((m.above - above).abs() <= err, "{m:?} {above}");
-                        assert!((m.window - inside).abs() <= err, "{m:?} {inside}");
-                        // The target against each end of the window.
-                        for u in [0.0, 0.3, 0.5, 0.9] {
-                            for (got, exact) in
-                                [(m.above, above), (m.above + m.window, above + inside)]
-                            {
-                                let miss = ((u * m.total - got) - (u * whole - exact)).abs();
-                                assert!(miss <= m.err_against(u, got), "{m:?} {u} {miss}");
+                    for floor in [f32::NEG_INFINITY, lo - 1.0, lo + 0.5] {
+                        let below = |x: f32| mass::precise(&row, marks, max, t, x);
+                        let under = below(floor.next_down());
+                        let (above, inside) = (whole - exact, exact - below(lo).max(under));
+                        let whole = whole - under;
+                        let z_inf = mass::fast(&row, marks, max, t, inf).0;
+                        let window = (lo, ceiling);
+                        let mut splits = vec![(
+                            mass::fast_split_in::<_, false>(&row, marks, max, t, window, floor),
+                            z_inf,
+                        )];
+                        // SAFETY: each copy runs only when the CPU was found to support it.
+                        unsafe {
+                            if avx2 {
+                                let z2 = row_mass_avx2(&row, marks, max, t, inf).0;
+                                let m = row_mass_split_avx2(&row, marks, max, t, window, floor);
+                                splits.push((m, z2));
+                            }
+                            if avx512 {
+                                let z2 = row_mass_avx512(&row, marks, max, t, inf).0;
+                                let m = row_mass_split_avx512(&row, marks, max, t, window, floor);
+                                splits.push((m, z2));
                             }
                         }
-                        assert!(m.window > 0.0 || inside == 0.0);
+                        for (k, (m, z_inf)) in splits.into_iter().enumerate() {
+                            // (The portable copy's weights are `fast`'s; the fused copies'
+                            // those of the whole-row weights.)
+                            if k == 0 && floor == f32::NEG_INFINITY {
+                                assert_eq!(m.total.to_bits(), z_inf.to_bits());
+                            }
+                            let err = m.err();
+                            assert!((m.total - whole).abs() <= err, "{m:?} {whole}");
+                            assert!((m.above - above).abs() <= err, "{m:?} {above}");
+                            assert!((m.window - inside).abs() <= err, "{m:?} {inside}");
+                            // The target against each end of the window.
+                            for u in [0.0, 0.3, 0.5, 0.9] {
+                                for (got, exact) in
+                                    [(m.above, above), (m.above + m.window, above + inside)]
+                                {
+                                    let miss = ((u * m.total - got) - (u * whole - exact)).abs();
+                                    assert!(miss <= m.err_against(u, got), "{m:?} {u} {miss}");
+                                }
+                            }
+                            assert!(m.window > 0.0 || inside == 0.0);
+                        }
                     }
                     // SAFETY: each copy runs only when the CPU was found to support it.
                     unsafe {
