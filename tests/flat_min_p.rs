@@ -248,8 +248,16 @@ proptest! {
 /// A flat row of 151,936 at T 0.8 with min-p `min_p`, every boundary uniform spread over
 /// its survivors, Sampler and chain.
 fn full_flat_row(min_p: f32) {
-    let case = Case {
-        seed: 151_936,
+    let case = full_case(151_936, min_p, 0);
+    let row = case.row();
+    check(&case, &row, &row).unwrap();
+}
+
+/// A flat row of 151,936 from `seed` at T 0.8 with min-p `min_p`, of element type `elem`
+/// (as [`Case::elem`]), nothing else around it.
+fn full_case(seed: u64, min_p: f32, elem: u8) -> Case {
+    Case {
+        seed,
         n: 151_936,
         scale: 1.0,
         min_p,
@@ -258,10 +266,8 @@ fn full_flat_row(min_p: f32) {
         mask: 0,
         bias: false,
         penalty: false,
-        elem: 0,
-    };
-    let row = case.row();
-    check(&case, &row, &row).unwrap();
+        elem,
+    }
 }
 
 /// Min-p 0.05: thousands of survivors.
@@ -280,18 +286,7 @@ fn a_full_flat_row_drawn_whole_agrees_with_reference() {
 /// thousand.
 #[test]
 fn a_full_bf16_flat_row_drawn_whole_agrees_with_reference() {
-    let case = Case {
-        seed: 151_936,
-        n: 151_936,
-        scale: 1.0,
-        min_p: 0.0,
-        t: 0.8,
-        min_keep: 1,
-        mask: 0,
-        bias: false,
-        penalty: false,
-        elem: 2,
-    };
+    let case = full_case(151_936, 0.0, 2);
     let half: Vec<bf16> = case.row().iter().map(|&x| bf16::from_f32(x)).collect();
     let exact: Vec<f32> = half.iter().map(|x| x.to_f32()).collect();
     check(&case, &half, &exact).unwrap();
@@ -309,19 +304,7 @@ fn a_floor_keeping_most_of_a_full_flat_row_agrees_with_reference() {
 /// over the survivors, for uniforms across the row.
 #[test]
 fn a_token_below_a_floor_drawn_in_place_is_reported_removed() {
-    let case = Case {
-        seed: 7,
-        n: 151_936,
-        scale: 1.0,
-        min_p: 0.001,
-        t: 0.8,
-        min_keep: 1,
-        mask: 0,
-        bias: false,
-        penalty: false,
-        elem: 0,
-    };
-    let row = case.row();
+    let row = full_case(7, 0.001, 0).row();
     let n = row.len();
     let best = (0..n).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap() as u32;
     let params = SamplingParams::builder()

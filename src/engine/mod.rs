@@ -4696,9 +4696,9 @@ mod tests {
 
     /// A bracket whose two ends pick different tokens is not decided, by one draw or
     /// two: a uniform between the best token's shares at the two ends (a bracket wide
-    /// enough to place one there, near the lower share, where a second uniform short
-    /// of `u N^(1 - ta / tb)` would pick the best token at `ta`), and one below both,
-    /// which both ends give the best token.
+    /// enough to place one there, near the lower share, where a second uniform raised
+    /// less than [`Reach`] raises it would pick the best token at `ta`), and one below
+    /// both, which both ends give the best token.
     #[test]
     fn a_bracket_whose_ends_disagree_is_left_to_the_stage() {
         let mut x = 0x0123_4567_89ab_cdefu64;
