@@ -135,8 +135,9 @@ const DYN_TEMP_WIDTH: f64 = 1e-6;
 type Bracket = ((f32, f32), f64);
 
 /// The second uniform a draw tests for dynamic temperature first (see
-/// [`Engine::draw_at_both`]): for a draw with uniform `u` at `ta` whose row has the
-/// total `Z >= z` there, `u` times the smaller of `(N / z)^power` and `e^share`.
+/// [`Engine::draw_at_both`]): for a draw with uniform `u` at `ta` from a set of at most
+/// `N` tokens (the row's, or fewer given) whose total is `Z >= z` there, `u` times the
+/// smaller of `(N / z)^power` and `e^share`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reach {
     /// `1 - ta / tb`.
@@ -148,10 +149,10 @@ pub(crate) struct Reach {
 }
 
 impl Reach {
-    /// The second uniform for `u` and a lower bound `z` on the row's total at `ta`;
-    /// `None` at 1 or above.
-    fn uniform(&self, u: f64, z: f64) -> Option<f64> {
-        let ln = (self.n / z.max(1.0)).ln().max(0.0);
+    /// The second uniform for `u`, a lower bound `z` on the set's total at `ta` and a
+    /// bound `n` on its size (`inf`: the row's); `None` at 1 or above.
+    fn uniform(&self, u: f64, z: f64, n: f64) -> Option<f64> {
+        let ln = (self.n.min(n) / z.max(1.0)).ln().max(0.0);
         // (The quotients, the logarithm, the exponential and the products each round
         // within an ulp or two: `1e-12` of the whole covers them.)
         let r = u * (self.power * ln).min(self.share).exp() * (1.0 + 1e-12);
@@ -1013,19 +1014,22 @@ impl Engine {
     ///
     /// One draw at `ta` decides both when its target for a second uniform above `u`
     /// ([`Reach`]) lands on the same token, as a draw from the whole row's best tokens
-    /// tests ([`draw_from_best`]; a flat row's search, [`draw_flat`], in its last walk).
+    /// tests ([`draw_from_best`]; a flat row's search, [`draw_flat`], in its last walk;
+    /// the draw from a top-k's prefix, with `N` its size, in [`draw`](Self::draw)).
     /// The share `F_k(T)` of the first `k` tokens in draw order only falls as `T` rises,
     /// so the token at `tb` is the one at `ta` when `u < F_k(tb)`, and `F_k(ta) / F_k(tb)`
     /// is at most the second uniform over `u` for the smaller of two bounds:
     /// - `(N / Z)^(1 - ta / tb)`, `N` the row's tokens and patches (at least its finite
-    ///   ones) and `Z` the total at `ta` (at least the maximum's weight 1): at `T = tb`
+    ///   ones; the top-k's size for its prefix) and `Z` the total at `ta` (at least the
+    ///   maximum's weight 1): at `T = tb`
     ///   each weight `w = e^((l - max) / ta) <= 1` becomes `w^a`, `a = ta / tb`, no
     ///   smaller, and, `x^a` being concave, the total at most `N^(1 - a) Z^a`;
     /// - when `tb <= 1`, `e^((1 / ta - 1 / tb) gap)`, `gap` a bound on the mean distance
     ///   `E[max - l]` below the maximum at temperature 1: `ln F_k` falls, as `1 / T`
     ///   falls, at the rate `E_k[l] - E[l] <= E[max - l]` (the first over the first `k`
     ///   tokens, the second over all, at `1 / T`), which rises as `1 / T` falls, so is
-    ///   at most its value at 1.
+    ///   at most its value at 1 (over a top-k's set, at most the row's: the tokens it
+    ///   leaves out lie lower).
     ///
     /// Otherwise the draw at `tb` decides as well.
     fn draw_at_both<T: Logit>(
@@ -2920,8 +2924,16 @@ impl Engine {
                 Sample::new(s.cand[i].1, (s.weight[i] / total).ln() as f32)
             }
             Survivors::Prefix { n, total } => {
-                let s = &self.scratch;
+                let s = &mut self.scratch;
                 let i = draw::inverse_cdf(&s.weight[..n], total, u);
+                // A second uniform (see [`Engine::draw_at_both`]) whose target keeps
+                // short of the same running sum by the sums' rounding and the weights'
+                // picks the same token.
+                let reach = s.reach.and_then(|r| r.uniform(u, total, n as f64));
+                s.reached = reach.is_some_and(|r| {
+                    let c: f64 = s.weight[..=i].iter().sum();
+                    r * total + draw::margin(n, total) + 4.0 * f64::EPSILON * total < c
+                });
                 Sample::new(s.cand[i].1, (s.weight[i] / total).ln() as f32)
             }
             Survivors::Flat {
@@ -3646,7 +3658,11 @@ fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Resul
     let margin = |u: f64| u * err + draw::margin(terms, z) + 4.0 * f64::EPSILON * z;
     let crossing = |u: f64| nucleus::crossing(&s.weight, 0.0, u * z, margin(u));
     let at = crossing(u);
-    let reach = s.reach.and_then(|r| r.uniform(u, z - err)).map(crossing);
+    let inf = f64::INFINITY;
+    let reach = s
+        .reach
+        .and_then(|r| r.uniform(u, z - err, inf))
+        .map(crossing);
     s.reached =
         matches!((at, reach), (nucleus::Crossing::At(a), Some(nucleus::Crossing::At(b))) if a == b);
     Ok(match at {
@@ -4136,7 +4152,9 @@ fn draw_flat(
             // at least `total - margin / u`, and the target's error at `r > u` at most
             // `r / u` times it.)
             let total = part.map_or(total, |p| p.total);
-            let reach = s.reach.and_then(|r| r.uniform(u, total - margin / u));
+            let reach = s
+                .reach
+                .and_then(|r| r.uniform(u, total - margin / u, f64::INFINITY));
             s.reached = reach.is_some_and(|r| r * total + margin * (r / u) < c);
             return Ok((s.cand2[i].1, x));
         }
@@ -4622,7 +4640,8 @@ mod tests {
     /// Dynamic temperature first brackets the stage's own temperature (7e-8 to 2e-6 of
     /// it on these rows, the widest at exponent 2.5), and the draws at both ends agree
     /// for most uniforms, on the token a plain `f64` inverse CDF gives at the stage's
-    /// temperature; one draw decides both ends for most uniforms.
+    /// temperature; one draw decides both ends for most uniforms. The same with a top-k
+    /// 40 after the stage.
     #[test]
     fn dynamic_temperature_first_draws_on_the_row_in_place() {
         let mut x = 0x5a5a_0f0f_3c3c_9696u64;
@@ -4635,13 +4654,13 @@ mod tests {
         for (name, row) in [("flat", &flat), ("peaked", &peaked)] {
             for (delta, exponent) in [(0.5f32, 1.0f32), (0.3, 0.0), (0.8, 2.5)] {
                 let stage = crate::DynamicTemperature::new(0.8, delta, exponent).unwrap();
-                let mut chain = first_of(stage.clone(), n);
-                let e = &mut chain.engine;
+                let mut first = first_of(stage.clone(), n);
+                let e = &mut first.engine;
                 let rule = e.dyn_temp.expect("dynamic temperature first is planned");
                 e.build_patches(&row[..], None);
                 let ((ta, tb), gap) = e.dyn_temp_bracket(&row[..], rule).unwrap().unwrap();
                 e.scratch.overlay.clear();
-                let t = applied(stage, row, e).temperature() * f64::from(0.8f32);
+                let t = applied(stage.clone(), row, e).temperature() * f64::from(0.8f32);
                 assert!(
                     f64::from(ta) <= t && t <= f64::from(tb),
                     "{name}: {ta} {t} {tb}"
@@ -4656,40 +4675,52 @@ mod tests {
                 let w: Vec<f64> = (order.iter())
                     .map(|&(l, _)| ((f64::from(l) - f64::from(order[0].0)) / t).exp())
                     .collect();
-                let z: f64 = w.iter().sum();
-                let (mut decided, mut once) = (0, 0);
-                for k in 0..50 {
-                    let u = (f64::from(k) + 0.5) / 50.0;
-                    let e = &mut chain.engine;
-                    e.build_patches(&row[..], None);
-                    let drawn = e.draw_at_both(&row[..], (ta, tb), gap, u);
-                    e.scratch.overlay.clear();
-                    assert_eq!(
-                        e.params.temperature, 0.8,
-                        "the group's temperature restored"
-                    );
-                    let Some((sample, one)) = drawn else {
-                        continue;
+                // As planned, and with a top-k 40 after the stage (a prefix drawn).
+                for top_k in [n, 40] {
+                    let mut chain = match top_k {
+                        40 => crate::Chain::builder(n)
+                            .stage(stage.clone())
+                            .stage(crate::TopK::new(40).unwrap())
+                            .stage(crate::Temperature::new(0.8).unwrap())
+                            .draw()
+                            .build()
+                            .unwrap(),
+                        _ => first_of(stage.clone(), n),
                     };
-                    let (mut c, mut i) = (0.0, 0);
-                    while i + 1 < n && c + w[i] <= u * z {
-                        c += w[i];
-                        i += 1;
+                    let w = &w[..top_k];
+                    let z: f64 = w.iter().sum();
+                    let (mut decided, mut once) = (0, 0);
+                    for k in 0..50 {
+                        let u = (f64::from(k) + 0.5) / 50.0;
+                        let e = &mut chain.engine;
+                        let temps = (e.params.temperature, e.draw_temperature);
+                        e.build_patches(&row[..], None);
+                        let drawn = e.draw_at_both(&row[..], (ta, tb), gap, u);
+                        e.scratch.overlay.clear();
+                        assert_eq!(
+                            (e.params.temperature, e.draw_temperature),
+                            temps,
+                            "the temperatures restored"
+                        );
+                        let Some((sample, one)) = drawn else {
+                            continue;
+                        };
+                        let (mut c, mut i) = (0.0, 0);
+                        while i + 1 < top_k && c + w[i] <= u * z {
+                            c += w[i];
+                            i += 1;
+                        }
+                        let case = format!("{name}, {delta}, {exponent}, top-k {top_k}: {u}");
+                        assert_eq!(sample.token, order[i].1, "{case}");
+                        decided += 1;
+                        once += usize::from(one);
                     }
-                    assert_eq!(sample.token, order[i].1, "{name}, {delta}, {exponent}: {u}");
-                    decided += 1;
-                    once += usize::from(one);
+                    let case = format!("{name}, {delta}, {exponent}, top-k {top_k}");
+                    assert!(decided >= 45, "{case}: {decided} of 50");
+                    // One draw decides both ends: from a peaked row's best tokens, in
+                    // a flat row's search, or from the top-k's prefix.
+                    assert!(once >= 40, "{case}: {once} of 50 in one draw");
                 }
-                assert!(
-                    decided >= 45,
-                    "{name}, {delta}, {exponent}: {decided} of 50"
-                );
-                // One draw decides both ends: from a peaked row's best tokens, or in
-                // a flat row's search.
-                assert!(
-                    once >= 40,
-                    "{name}, {delta}, {exponent}: {once} of 50 in one draw"
-                );
             }
         }
     }
