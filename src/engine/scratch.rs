@@ -63,9 +63,10 @@ pub(crate) struct Scratch {
     /// The keys that selection found beyond the best `k` (see
     /// [`select_buffered`](crate::select::select_buffered)).
     pub(crate) rest: Vec<u64>,
-    /// How to take a second uniform, above the draw's, that a draw from the whole row
-    /// also tests ([`draw_from_best`](super::draw_from_best)); `reached` tells whether
-    /// it picked the same token. Set for one draw by
+    /// How to take a second uniform, above the draw's, that a draw also tests (from the
+    /// whole row's best tokens, [`draw_from_best`](super::draw_from_best); a flat row's
+    /// search; a prefix); `reached` tells whether it picked the same token. Set for one
+    /// draw by
     /// [`Engine::draw_at_both`](super::Engine::draw_at_both).
     pub(crate) reach: Option<super::Reach>,
     pub(crate) reached: bool,

@@ -135,14 +135,14 @@ impl Split {
 
 /// [`fast`]'s mass of the entries of `row` at or above `floor` (`-inf`: the whole row, as
 /// `fast` with `ceiling = +inf`), and in the same pass that of its entries above `hi` and
-/// of those in the window `(lo, hi]` (entries below `floor` weighing nothing in any): where
-/// a draw's target lies against the window, from one read of the row in place. Each part sums a subset of
-/// the same `f32` weights in the same way (four per lane in `f32`, then `f64`), so the
-/// total's bound bounds each part's error. With `FUSED` and a [`Shift`] of `max` and `t`,
-/// the weights of [`exp_shifted_fused`], as the whole-row weights take them: within
-/// [`SHIFTED_REL_ERROR`] each, without the arguments' roundings (`w |x|`), which on a
-/// flat row are most of [`fast`]'s bound (about `4e-7` of the total against `1e-6` at
-/// T 0.8). `t` must be one at which
+/// of those in the window `(lo, hi]` (entries below `floor` weighing nothing in any):
+/// where a draw's target lies against the window, from one read of the row in place.
+/// Each part sums a subset of the same `f32` weights in the same way (four per lane in
+/// `f32`, then `f64`), so the total's bound bounds each part's error. With `FUSED` and a
+/// [`Shift`] of `max` and `t`, the weights of [`exp_shifted_fused`], as the whole-row
+/// weights take them: within [`SHIFTED_REL_ERROR`] each, without the arguments'
+/// roundings (`w |x|`), which on a flat row are most of [`fast`]'s bound (about `4e-7`
+/// of the total against `1e-6` at T 0.8). `t` must be one at which
 /// [`f32_weights_hold`](crate::histogram::f32_weights_hold).
 #[inline(always)]
 pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(

@@ -103,17 +103,19 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     Ok(())
 }
 
-/// Appends to `out` the first entry of each block of `row` ([`BLOCK`](crate::adjust::BLOCK)
-/// entries) that is finite and unmarked: a sample of the row, one entry in 64.
+/// Appends to `out` the first entry of every `every`-th block of `row`
+/// ([`BLOCK`](crate::adjust::BLOCK) entries) that is finite and unmarked: a sample of the
+/// row, one entry in `64 every`.
 pub(crate) fn sample_blocks<T: crate::element::Logit>(
     row: &[T],
     marks: Option<&[u32]>,
+    every: usize,
     out: &mut Vec<f32>,
 ) {
     let marked = |i: usize| marks.is_some_and(|m| crate::adjust::is_marked(m, i));
     // (An indexed loop: the same chain of iterator adapters compiles to a call per
     // entry.)
-    for i in (0..row.len()).step_by(crate::adjust::BLOCK) {
+    for i in (0..row.len()).step_by(every * crate::adjust::BLOCK) {
         let l = row[i].to_f32();
         if l > f32::NEG_INFINITY && !l.is_nan() && !marked(i) {
             out.push(l);
@@ -167,7 +169,7 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     let wanted = 2 * k / BLOCK;
     let mut start_at = f32::NEG_INFINITY;
     if wanted > 0 && row.len() / BLOCK > 4 * wanted {
-        sample_blocks(row, marks, seed_values);
+        sample_blocks(row, marks, 1, seed_values);
         keys.extend(
             seed_values
                 .iter()
