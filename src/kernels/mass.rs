@@ -77,7 +77,7 @@ pub(crate) fn fast_in<T: Logit, const FUSED: bool>(
         let z = precise(row, marks, max, t, ceiling);
         return (z, z * 1e-14 + row.len() as f64 * 3.4e-308);
     }
-    let none = (0.0, 0, 0, &mut Vec::new());
+    let none = (0.0, &mut [][..]);
     let no_split = ((0.0, 0.0, f32::NEG_INFINITY), &mut [0.0; 4]);
     match marks {
         None => {
@@ -154,7 +154,7 @@ pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
     floor: f32,
 ) -> Split {
     let inf = f32::INFINITY;
-    let none = (0.0, 0, 0, &mut Vec::new());
+    let none = (0.0, &mut [][..]);
     let mut parts = [0.0; 4];
     let total = match marks {
         None => {
@@ -181,10 +181,10 @@ pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
 /// 2^-24` at most), then the `f64` ones.
 const SUM_ERROR: f64 = 3.01 * U32 + 1e-11;
 
-/// [`fast`], with the test of the marks compiled in or out; with `COLLECT` the
-/// collection of [`online_collect`]: the unmarked entries `>= above` pushed into `out`
-/// (in id order, with their index plus `first`, the id of `row[0]`) while it holds at
-/// most `cap`; with `SPLIT` ([`fast_split_in`]) the mass of the entries `> hi` into
+/// [`fast`], with the test of the marks compiled in or out; with `COLLECT` the blocks
+/// that hold an entry `>= above` (marked or not) noted for [`collect_noted`], one bit
+/// per block in `hit_words` (a word per group of [`GROUP_BLOCKS`], entries after the last
+/// whole block not noted); with `SPLIT` ([`fast_split_in`]) the mass of the entries `> hi` into
 /// `parts[0]` and of those in `(lo, hi]` into `parts[1]`, each summed as the total is,
 /// and the terms of the bound into `parts[2]` (each weight's relative error) and
 /// `parts[3]` (the arguments' roundings, as a sum).
@@ -202,7 +202,7 @@ fn fast_with<
     max: f32,
     t: f32,
     ceiling: f32,
-    (above, cap, first, out): (f32, usize, usize, &mut Vec<(f32, TokenId)>),
+    (above, hit_words): (f32, &mut [u64]),
     ((lo, hi, floor), parts): ((f32, f32, f32), &mut [f64; 4]),
 ) -> (f64, f64) {
     let inv_t = 1.0 / t;
@@ -248,7 +248,8 @@ fn fast_with<
             w
         };
         *z += w;
-        *dev = mul_add::<FUSED>(w, -x, *dev);
+        // (`x <= 0`: `dev` sums `w x`, negated once at the end.)
+        *dev = mul_add::<FUSED>(w, x, *dev);
         w
     };
     // The parts of a weight `w` of the value `v`: above `hi`, and in `(lo, hi]`.
@@ -259,11 +260,11 @@ fn fast_with<
     };
     let blocks = row.len() / BLOCK;
     let rem = &row[blocks * BLOCK..];
-    // The blocks go by groups of `GROUP_BLOCKS`: the loop over a group's blocks only
-    // weighs them and notes which blocks hold an entry `>= above` (one bit each); the
-    // collection from those blocks follows the group. So the hot loop calls nothing
-    // (a push may grow `out`, a call across which no vector register survives), and its
-    // sums stay in registers instead of going through the stack on every chunk.
+    // The blocks go by groups of `GROUP_BLOCKS`, each noting in one word which of its
+    // blocks hold an entry `>= above` (from the lanes' maxima, one comparison a block).
+    // The collection from those blocks is left to the caller, after the pass: so the
+    // loop calls nothing (a push may grow `out`, a call across which no vector register
+    // survives, and the loop would load its constants again on every block).
     for g in (0..blocks).step_by(GROUP_BLOCKS) {
         let end = blocks.min(g + GROUP_BLOCKS);
         let mut hits = 0u64;
@@ -273,7 +274,7 @@ fn fast_with<
             // sums.
             let mut zb = [0.0f32; LANES];
             let (mut ab, mut ib) = ([0.0f32; LANES], [0.0f32; LANES]);
-            let mut hit = false;
+            let mut top = [f32::NEG_INFINITY; LANES];
             for (c, chunk) in block.chunks_exact(LANES).enumerate() {
                 let v = load(chunk);
                 let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
@@ -286,12 +287,18 @@ fn fast_with<
                     }
                 }
                 if COLLECT {
-                    for x in v {
-                        hit |= x >= above;
+                    for j in 0..LANES {
+                        top[j] = if v[j] > top[j] { v[j] } else { top[j] };
                     }
                 }
             }
-            hits |= u64::from(hit) << (b - g);
+            if COLLECT {
+                let mut hit = false;
+                for x in top {
+                    hit |= x >= above;
+                }
+                hits |= u64::from(hit) << (b - g);
+            }
             for j in 0..LANES {
                 z[j] += f64::from(zb[j]);
                 if SPLIT {
@@ -300,23 +307,8 @@ fn fast_with<
                 }
             }
         }
-        // (Once `out` holds more than `cap`, nothing more joins it.)
-        while COLLECT && hits != 0 && out.len() <= cap {
-            let b = g + hits.trailing_zeros() as usize;
-            hits &= hits - 1;
-            let block = &row[b * BLOCK..(b + 1) * BLOCK];
-            for (c, chunk) in block.chunks_exact(LANES).enumerate() {
-                let v = load(chunk);
-                let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
-                if v.iter().any(|&x| x >= above) && out.len() <= cap {
-                    let base = first + b * BLOCK + c * LANES;
-                    for j in 0..LANES {
-                        if v[j] >= above && !(MARKS && m & BITS[j] != 0) {
-                            out.push((v[j], (base + j) as TokenId));
-                        }
-                    }
-                }
-            }
+        if COLLECT {
+            hit_words[g / GROUP_BLOCKS] = hits;
         }
     }
     let base = row.len() - rem.len();
@@ -331,12 +323,9 @@ fn fast_with<
             split[0][j % LANES] += f64::from(a);
             split[1][j % LANES] += f64::from(i);
         }
-        if COLLECT && v >= above && !skip && out.len() <= cap {
-            out.push((v, (first + base + j) as TokenId));
-        }
     }
     let z: f64 = z.iter().sum();
-    let dev: f64 = dev.iter().map(|&d| f64::from(d)).sum();
+    let dev: f64 = -dev.iter().map(|&d| f64::from(d)).sum::<f64>();
     // Per weight: the exp, the sums of four in `f32` (`3 * 2^-24` at most), the `f64`
     // sums; the argument's roundings through `dev`; the clamped tail.
     let (rel, dev) = match shift {
@@ -700,9 +689,10 @@ pub(crate) fn span_max_of<T: Logit>(
     }
 }
 
-/// [`fast`]'s mass of `row` at temperature 1 against `max`, collecting on the way the
-/// unmarked entries `>= above` into `out` while it holds at most `cap` (their ids offset
-/// by `first`). With `FUSED`, as [`fast_in`].
+/// [`fast`]'s mass of `row` at temperature 1 against `max` (summed piece by piece on a
+/// row longer than [`PIECE_GROUPS`] groups, each piece within `fast`'s bound), collecting
+/// after each piece's pass the unmarked entries `>= above` into `out` while it holds at
+/// most `cap` (their ids offset by `first`). With `FUSED`, as [`fast_in`].
 #[inline(always)]
 pub(crate) fn mass_collect_in<T: Logit, const FUSED: bool>(
     row: &[T],
@@ -714,14 +704,76 @@ pub(crate) fn mass_collect_in<T: Logit, const FUSED: bool>(
     out: &mut Vec<(f32, TokenId)>,
 ) -> (f64, f64) {
     let inf = f32::INFINITY;
-    let collect = (above, cap, first, out);
-    let no_split = ((0.0, 0.0, f32::NEG_INFINITY), &mut [0.0; 4]);
-    match marks {
-        None => {
-            fast_with::<T, false, FUSED, true, false>(row, &[], max, 1.0, inf, collect, no_split)
+    // The row in pieces of `PIECE_GROUPS` groups: each piece weighed, its blocks that
+    // hold an entry `>= above` noted in `words`, then collected from.
+    let mut words = [0u64; PIECE_GROUPS];
+    let (mut z, mut err) = (0.0, 0.0);
+    for (p, piece) in row.chunks(PIECE_GROUPS * GROUP_BLOCKS * BLOCK).enumerate() {
+        let collect = (above, &mut words[..]);
+        let no_split = ((0.0, 0.0, f32::NEG_INFINITY), &mut [0.0; 4]);
+        let start = p * PIECE_GROUPS * GROUP_BLOCKS * BLOCK;
+        let marks = span_marks(marks, start);
+        let (zp, ep) = match marks {
+            None => fast_with::<T, false, FUSED, true, false>(
+                piece,
+                &[],
+                max,
+                1.0,
+                inf,
+                collect,
+                no_split,
+            ),
+            Some(m) => {
+                fast_with::<T, true, FUSED, true, false>(piece, m, max, 1.0, inf, collect, no_split)
+            }
+        };
+        z += zp;
+        err += ep;
+        collect_noted(piece, marks, above, cap, first + start, &words, out);
+    }
+    (z, err)
+}
+
+/// Groups per piece of [`mass_collect_in`]: the noted blocks of a piece fit one array.
+const PIECE_GROUPS: usize = 16;
+
+/// Pushes into `out` the unmarked entries `>= above` of the blocks of `row` that `words`
+/// notes (bit `b % 64` of word `b / 64` for block `b`) and of the entries after its last
+/// whole block, in id order (their index plus `first`), while `out` holds at most `cap`.
+#[inline(always)]
+fn collect_noted<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    above: f32,
+    cap: usize,
+    first: usize,
+    words: &[u64],
+    out: &mut Vec<(f32, TokenId)>,
+) {
+    let skip = |i: usize| marks.is_some_and(|m| is_marked(m, i));
+    let blocks = row.len() / BLOCK;
+    for (w, &word) in words.iter().enumerate().take(blocks.div_ceil(GROUP_BLOCKS)) {
+        let mut hits = word;
+        // (Once `out` holds more than `cap`, nothing more joins it.)
+        while hits != 0 && out.len() <= cap {
+            let b = w * GROUP_BLOCKS + hits.trailing_zeros() as usize;
+            hits &= hits - 1;
+            for c in (b * BLOCK..(b + 1) * BLOCK).step_by(LANES) {
+                let v: [f32; LANES] = load(&row[c..c + LANES]);
+                if v.iter().any(|&x| x >= above) && out.len() <= cap {
+                    for (j, &x) in v.iter().enumerate() {
+                        if x >= above && !skip(c + j) {
+                            out.push((x, (first + c + j) as TokenId));
+                        }
+                    }
+                }
+            }
         }
-        Some(m) => {
-            fast_with::<T, true, FUSED, true, false>(row, m, max, 1.0, inf, collect, no_split)
+    }
+    for (i, x) in row.iter().enumerate().skip(blocks * BLOCK) {
+        let v = x.to_f32();
+        if v >= above && !skip(i) && out.len() <= cap {
+            out.push((v, (first + i) as TokenId));
         }
     }
 }
@@ -1196,34 +1248,45 @@ mod tests {
     }
 
     /// The collecting pass over several groups of blocks and a tail (longer than the
-    /// spans of [`online_collect`] on a row of Qwen3's size): every unmarked entry at or
-    /// above the threshold, in id order, and the same mass as the pass that collects
-    /// nothing; once more than `cap` are held, a prefix of them longer than `cap`.
+    /// spans of [`online_collect`] on a row of Qwen3's size), and over several pieces
+    /// (a row of Qwen3's size in one call): every unmarked entry at or above the
+    /// threshold, in id order; within one piece the same mass as the pass that collects
+    /// nothing, over several within its bound of the exact mass; once more than `cap`
+    /// are held, a prefix of them longer than `cap`.
     #[test]
-    fn the_collecting_pass_collects_across_groups() {
+    fn the_collecting_pass_collects_across_groups_and_pieces() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
-        let n = 3 * GROUP_BLOCKS * BLOCK + 5 * LANES + 7;
-        let row = crate::test_rows::uniform_row(&mut x, n, 4.0, 97, 5);
-        let marks: Vec<u32> = (0..n.div_ceil(32))
-            .map(|w| (w as u32).wrapping_mul(0x9e37_79b9) & 0x0f0f_0f0f)
-            .collect();
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        for marks in [None, Some(&marks[..])] {
-            let unmarked = |i: usize| !marks.is_some_and(|m| is_marked(m, i));
-            for above in [max, max - 1.0, max - 3.0, f32::NEG_INFINITY] {
-                let want: Vec<(f32, TokenId)> = (0..n)
-                    .filter(|&i| unmarked(i) && row[i] >= above)
-                    .map(|i| (row[i], (i + 9) as TokenId))
-                    .collect();
-                for cap in [usize::MAX, want.len(), want.len() / 2, 0] {
-                    let mut out = Vec::new();
-                    let (z, err) = mass_collect(&row, marks, max, above, cap, 9, &mut out);
-                    let (z0, err0) = fast(&row, marks, max, 1.0, f32::INFINITY);
-                    assert_eq!((z.to_bits(), err.to_bits()), (z0.to_bits(), err0.to_bits()));
-                    if want.len() <= cap {
-                        assert_eq!(out, want);
-                    } else {
-                        assert!(out.len() > cap && want.starts_with(&out));
+        let piece = PIECE_GROUPS * GROUP_BLOCKS * BLOCK;
+        for n in [3 * GROUP_BLOCKS * BLOCK + 5 * LANES + 7, 151_936] {
+            let row = crate::test_rows::uniform_row(&mut x, n, 4.0, 97, 5);
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| (w as u32).wrapping_mul(0x9e37_79b9) & 0x0f0f_0f0f)
+                .collect();
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for marks in [None, Some(&marks[..])] {
+                let unmarked = |i: usize| !marks.is_some_and(|m| is_marked(m, i));
+                for above in [max, max - 1.0, max - 3.0, f32::NEG_INFINITY] {
+                    let want: Vec<(f32, TokenId)> = (0..n)
+                        .filter(|&i| unmarked(i) && row[i] >= above)
+                        .map(|i| (row[i], (i + 9) as TokenId))
+                        .collect();
+                    for cap in [usize::MAX, want.len(), want.len() / 2, 0] {
+                        let mut out = Vec::new();
+                        let (z, err) = mass_collect(&row, marks, max, above, cap, 9, &mut out);
+                        if n <= piece {
+                            let (z0, err0) = fast(&row, marks, max, 1.0, f32::INFINITY);
+                            assert_eq!(
+                                (z.to_bits(), err.to_bits()),
+                                (z0.to_bits(), err0.to_bits())
+                            );
+                        }
+                        let exact = exact(&row, marks, max, 1.0, f32::INFINITY);
+                        assert!((z - exact).abs() <= err, "{n}: {z} against {exact}, {err}");
+                        if want.len() <= cap {
+                            assert_eq!(out, want);
+                        } else {
+                            assert!(out.len() > cap && want.starts_with(&out));
+                        }
                     }
                 }
             }

@@ -244,9 +244,11 @@ fn entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
         let w = exp_neg_f32_with::<FUSED>(x);
         let w = if MARKS && skip { 0.0 } else { w };
         *z += w;
-        let wx = w * -x;
+        // (`x <= 0`: the lanes sum `w x`, the negated terms, and the sums are negated
+        // once; `(w x) x` is `(w (-x)) (-x)` exactly.)
+        let wx = w * x;
         *s += wx;
-        *x2 = mul_add::<FUSED>(wx, -x, *x2);
+        *x2 = mul_add::<FUSED>(wx, x, *x2);
     };
     let blocks = row.chunks_exact(BLOCK);
     let rem = blocks.remainder();
@@ -262,7 +264,7 @@ fn entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
         }
         for j in 0..LANES {
             z[j] += f64::from(zb[j]);
-            s[j] += f64::from(sb[j]);
+            s[j] -= f64::from(sb[j]);
         }
     }
     let base = row.len() - rem.len();
@@ -271,7 +273,7 @@ fn entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
         let skip = MARKS && is_marked(marks, base + j);
         term(c.to_f32(), skip, &mut zj, &mut sj, &mut x2[j % LANES]);
         z[j % LANES] += f64::from(zj);
-        s[j % LANES] += f64::from(sj);
+        s[j % LANES] -= f64::from(sj);
     }
     let z: f64 = z.iter().sum();
     let s: f64 = s.iter().sum();
