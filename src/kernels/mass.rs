@@ -1247,6 +1247,35 @@ mod tests {
         }
     }
 
+    /// A NaN or a `+inf` in any span, the first or a later one, in a whole block or in
+    /// the tail, marked or not: the one-pass result says the row may hold one.
+    #[test]
+    fn the_online_collection_sees_every_nan_and_infinity() {
+        let n = 3 * span_len(151_936) + 3 * BLOCK + 5;
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        let row = crate::test_rows::uniform_row(&mut x, n, 3.0, 1_000, 1_000);
+        let marks: Vec<u32> = vec![0x0f0f_0f0f; n.div_ceil(32)];
+        let k = || SpanKernels {
+            max: span_max_of::<f32>,
+            work: mass_collect_in::<f32, true>,
+        };
+        for bad in [f32::NAN, f32::INFINITY] {
+            for at in [7, span_len(n) + 100, 2 * span_len(n) + 64 * 5 + 3, n - 2] {
+                for marks in [None, Some(&marks[..])] {
+                    let mut row = row.clone();
+                    row[at] = bad;
+                    let (on, _) = online_collect(&row, marks, -8.0, 100, &mut Vec::new(), k());
+                    assert!(on.bad, "{bad} at {at}");
+                }
+            }
+        }
+        assert!(
+            !online_collect(&row, None, -8.0, 100, &mut Vec::new(), k())
+                .0
+                .bad
+        );
+    }
+
     /// The collecting pass over several groups of blocks and a tail (longer than the
     /// spans of [`online_collect`] on a row of Qwen3's size), and over several pieces
     /// (a row of Qwen3's size in one call): every unmarked entry at or above the
