@@ -1093,11 +1093,11 @@ impl Engine {
         rule: (f32, f32, f32),
     ) -> Result<Option<Bracket>, Error> {
         let ov = &self.scratch.overlay;
-        let (max, e) = entropy_under(row, ov)?;
+        let (max, e, above_neg_inf) = entropy_under(row, ov)?;
         if max == f32::NEG_INFINITY {
             return Ok(None);
         }
-        let n = finite_under(row, ov);
+        let n = finite_under(row, ov, above_neg_inf);
         if n < 2 {
             return Ok(None);
         }
@@ -1298,7 +1298,7 @@ impl Engine {
             }
         }
         if let Floor::Eta { .. } = rule {
-            let (max, e) = entropy_under(row, ov)?;
+            let (max, e, _) = entropy_under(row, ov)?;
             fused_max = Some(max);
             fused_entropy = Some(e);
         }
@@ -1454,7 +1454,7 @@ impl Engine {
         crowded: bool,
     ) -> Result<FloorCut, Error> {
         let n = row.len();
-        let (max, e) = entropy_under(row, &self.scratch.overlay)?;
+        let (max, e, _) = entropy_under(row, &self.scratch.overlay)?;
         if max == f32::NEG_INFINITY || n < 2 {
             return Ok(FloorCut::Undecided);
         }
@@ -3160,12 +3160,19 @@ fn near_max_mass<T: Logit>(
 
 /// The adjusted row's maximum and its [`Entropy`](crate::stats::Entropy) sums (`row`
 /// under `ov`, at temperature 1), from one vectorised pass over the unmarked entries and
-/// the patches' exact terms; checks the row and the patches for NaN and `+inf`.
+/// the patches' exact terms; checks the row and the patches for NaN and `+inf`. The
+/// third value is true when the pass saw no `-inf` entry in `row` (see
+/// [`OnlineEntropy`](crate::stats::OnlineEntropy)).
 fn entropy_under<U: Logit>(
     row: &[U],
     ov: &adjust::Overlay,
-) -> Result<(f32, crate::stats::Entropy), Error> {
-    let (m, mut e, bad) = crate::simd::online_entropy(row, ov.marked());
+) -> Result<(f32, crate::stats::Entropy, bool), Error> {
+    let crate::stats::OnlineEntropy {
+        max: m,
+        mut e,
+        bad,
+        above_neg_inf,
+    } = crate::simd::online_entropy(row, ov.marked());
     if bad {
         adjust::first_non_finite_of(row)?;
     }
@@ -3179,13 +3186,19 @@ fn entropy_under<U: Logit>(
             e.add_exact(l, max);
         }
     }
-    Ok((max, e))
+    Ok((max, e, above_neg_inf))
 }
 
 /// The number of finite tokens of the adjusted row (`row` under `ov`): the unmarked
-/// entries above `-inf` and the patches above it.
-fn finite_under<U: Logit>(row: &[U], ov: &adjust::Overlay) -> usize {
-    let unmarked = select::count_above(row, ov.marked(), f32::NEG_INFINITY);
+/// entries above `-inf` and the patches above it. With `above_neg_inf` (no entry of
+/// `row` is `-inf`, as [`entropy_under`] reports), every unmarked entry counts, and
+/// the marks' bits alone give their number; otherwise one pass over the row counts them.
+fn finite_under<U: Logit>(row: &[U], ov: &adjust::Overlay, above_neg_inf: bool) -> usize {
+    let unmarked = match ov.marked() {
+        _ if !above_neg_inf => select::count_above(row, ov.marked(), f32::NEG_INFINITY),
+        None => row.len(),
+        Some(marks) => row.len() - count_set(marks, row.len()),
+    };
     unmarked + ov.patch.iter().filter(|p| p.1 > f32::NEG_INFINITY).count()
 }
 
@@ -3383,7 +3396,13 @@ fn valid_bits(w: usize, len: usize) -> u32 {
 /// pass over their words, stray bits past `len` ignored.
 fn count_allowed(mask: &TokenMask, len: usize) -> usize {
     let len = len.min(mask.len());
-    let words = &mask.words()[..len.div_ceil(32)];
+    count_set(mask.words(), len)
+}
+
+/// The number of the first `len` tokens whose bit is set in `words` (at least
+/// `len.div_ceil(32)` of them): stray bits past `len` are ignored.
+fn count_set(words: &[u32], len: usize) -> usize {
+    let words = &words[..len.div_ceil(32)];
     let Some((&last, body)) = words.split_last() else {
         return 0;
     };
@@ -5081,6 +5100,51 @@ mod tests {
                 flat_row,
                 "t {t}, max {max}"
             );
+        }
+    }
+
+    /// The finite count of dynamic temperature's normalisation, from the marks alone
+    /// when the entropy pass saw no `-inf`, equals a plain count of the adjusted row's
+    /// finite tokens: with and without `-inf` entries (marked or not), bans by mask
+    /// (with stray bits past the last token), and patches, one of them `-inf`.
+    #[test]
+    fn the_finite_count_from_the_marks_is_the_plain_count() {
+        let n = 10_000;
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let base = crate::test_rows::uniform_row(&mut x, n, 3.0, n + 1, n + 1);
+        let mut with_neg_inf = base.clone();
+        for i in (7..n).step_by(997) {
+            with_neg_inf[i] = f32::NEG_INFINITY;
+        }
+        let params = SamplingParams::builder()
+            .logit_bias(3, 2.0)
+            .logit_bias(8_000, f32::NEG_INFINITY)
+            .logit_bias(9_998, -1.0)
+            .build()
+            .unwrap();
+        let mut allowed: Vec<u32> = (0..n.div_ceil(32))
+            .map(|w| 0xffff_ffffu32.rotate_left(w as u32 % 7) ^ (1 << (w % 32)))
+            .collect();
+        // Every token past the last disallowed: bits that stand for no token.
+        *allowed.last_mut().unwrap() &= (1 << (n % 32)) - 1;
+        let mut counts = vec![0u32; n];
+        for row in [&base, &with_neg_inf] {
+            for (patched, banned) in [(false, false), (true, false), (false, true), (true, true)] {
+                let mut ov = adjust::Overlay::new(n);
+                if patched {
+                    ov.build(&row[..], &params, &[], &mut counts);
+                }
+                if banned {
+                    ov.ban_marks(&allowed);
+                }
+                let (_, _, above_neg_inf) = entropy_under(&row[..], &ov).unwrap();
+                assert_eq!(above_neg_inf, row.iter().all(|&l| l > f32::NEG_INFINITY));
+                let plain = (0..n as TokenId)
+                    .filter(|&id| ov.value(&row[..], id) > f32::NEG_INFINITY)
+                    .count();
+                assert_eq!(finite_under(&row[..], &ov, above_neg_inf), plain);
+                assert_eq!(finite_under(&row[..], &ov, false), plain);
+            }
         }
     }
 }

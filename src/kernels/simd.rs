@@ -838,10 +838,7 @@ pub(crate) fn online_collect<T: Logit>(
 }
 
 /// [`stats::online_entropy`] with each span on the widest vectors the CPU has.
-pub(crate) fn online_entropy<T: Logit>(
-    row: &[T],
-    marks: Option<&[u32]>,
-) -> (f32, stats::Entropy, bool) {
+pub(crate) fn online_entropy<T: Logit>(row: &[T], marks: Option<&[u32]>) -> stats::OnlineEntropy {
     stats::online_entropy(row, marks, span_max::<T>, row_entropy::<T>)
 }
 
@@ -946,9 +943,9 @@ mod tests {
                     let f = first.get_or_insert((here.clone(), b, c.clone(), all, e));
                     assert_eq!(f.0, here);
                     assert_eq!((b.max, &c, all), (f.1.max, &f.2, f.3));
-                    assert_eq!(e.0, f.4 .0);
-                    let (ez, es) = (e.1.z_err + f.4 .1.z_err, e.1.s_err + f.4 .1.s_err);
-                    assert!((e.1.z - f.4 .1.z).abs() <= ez && (e.1.s - f.4 .1.s).abs() <= es);
+                    assert_eq!((e.max, e.above_neg_inf), (f.4.max, f.4.above_neg_inf));
+                    let (ez, es) = (e.e.z_err + f.4.e.z_err, e.e.s_err + f.4.e.s_err);
+                    assert!((e.e.z - f.4.e.z).abs() <= ez && (e.e.s - f.4.e.s).abs() <= es);
                 }
             }
         }

@@ -191,16 +191,14 @@ pub(crate) fn entropy_in<T: Logit, const FUSED: bool>(
 /// ([`span_len`](crate::mass::span_len)), each span's maximum read first (`max`, as
 /// [`span_max_of`](crate::mass::span_max_of)), its sums computed against the running
 /// maximum (`sums`, as [`entropy`]) and the sums so far taken to a new maximum by
-/// [`Entropy::rebase`] when it rises. Returns the maximum of the unmarked entries
-/// (`-inf` if none), the sums relative to it, and whether the row may hold a NaN or a
-/// `+inf` (as [`Online`](crate::mass::Online)). The loop is scalar; the engine passes
-/// the dispatched kernels.
+/// [`Entropy::rebase`] when it rises. The loop is scalar; the engine passes the
+/// dispatched kernels.
 pub(crate) fn online_entropy<T: Logit>(
     row: &[T],
     marks: Option<&[u32]>,
     max_of: impl Fn(&[T], Option<&[u32]>, &mut [f32; LANES]) -> f32,
     sums: impl Fn(&[T], Option<&[u32]>, f32) -> Entropy,
-) -> (f32, Entropy, bool) {
+) -> OnlineEntropy {
     let len = crate::mass::span_len(row.len());
     let mut check = [0.0f32; LANES];
     let mut max = f32::NEG_INFINITY;
@@ -223,8 +221,27 @@ pub(crate) fn online_entropy<T: Logit>(
             e.join(&sums(span, mk, max));
         }
     }
-    let bad = check.iter().any(|&c| crate::adjust::not_finite_above(c));
-    (max, e, bad)
+    OnlineEntropy {
+        max,
+        e,
+        bad: check.iter().any(|&c| crate::adjust::not_finite_above(c)),
+        above_neg_inf: check.iter().all(|&c| c > f32::NEG_INFINITY),
+    }
+}
+
+/// What [`online_entropy`] found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OnlineEntropy {
+    /// The maximum of the unmarked entries (`-inf` if none).
+    pub(crate) max: f32,
+    /// The sums relative to it.
+    pub(crate) e: Entropy,
+    /// Whether the row may hold a NaN or a `+inf` (as [`Online`](crate::mass::Online)).
+    pub(crate) bad: bool,
+    /// True when no entry, marked or not, is `-inf`. Every entry is added to the lane
+    /// sums of the check, and a `-inf` turns its lane's sum to `-inf`, or to NaN with a
+    /// `+inf`; a lane whose finite sum overflows to `-inf` makes it false as well.
+    pub(crate) above_neg_inf: bool,
 }
 
 #[inline(always)]
@@ -537,10 +554,18 @@ mod tests {
             .fold(f32::NEG_INFINITY, f32::max);
         let portable =
             |r: &[T], m: Option<&[u32]>, c: &mut [f32; LANES]| crate::mass::span_max_of(r, m, c);
-        for (m, e, bad) in [
+        for OnlineEntropy {
+            max: m,
+            e,
+            bad,
+            above_neg_inf,
+        } in [
             online_entropy(row, marks, portable, entropy::<T>),
             online_entropy(row, marks, portable, entropy_in::<T, true>),
         ] {
+            // (A row of finite entries whose lane sums overflow to `-inf` would make it
+            // false; the rows here are far from that.)
+            assert_eq!(above_neg_inf, v.iter().all(|&l| l > f32::NEG_INFINITY));
             assert!(!bad || v.iter().any(|l| l.abs() > 1e30));
             assert_eq!(m.to_bits(), max.to_bits());
             if max == f32::NEG_INFINITY {
