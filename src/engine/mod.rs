@@ -1929,7 +1929,7 @@ impl Engine {
         goal: Goal<'_>,
     ) -> Result<Option<Sample>, Error> {
         // The whole row is checked, disallowed tokens included, as on the dense path.
-        adjust::max_checked(row)?;
+        crate::simd::max_checked(row, None)?;
         self.gather(row, mask);
         let vals = std::mem::take(&mut self.scratch.compact);
         let ids = std::mem::take(&mut self.scratch.compact_ids);
@@ -2125,7 +2125,7 @@ impl Engine {
             (Sample::new(id, (self.weights[i] / total).ln() as f32), id)
         };
         if let Some(n_alt) = self.params.logprobs() {
-            let raw_max = adjust::max_checked(raw)?;
+            let raw_max = crate::simd::max_checked(raw, None)?;
             let weights = &self.weights;
             logprobs::fill(raw, raw_max, n_alt, &mut out, |id| {
                 match c.ids().iter().position(|&x| x == id) {
@@ -2260,7 +2260,7 @@ impl Engine {
             out.token = ids[out.token as usize];
         }
         if let Some(n_alt) = self.params.logprobs() {
-            let raw_max = adjust::max_checked(raw)?;
+            let raw_max = crate::simd::max_checked(raw, None)?;
             logprobs::fill(raw, raw_max, n_alt, &mut out, |id| match ids {
                 None => self.final_logprob(adj, &survivors, id),
                 // A token the compact row leaves out was masked: `-inf`.
@@ -2576,7 +2576,7 @@ impl Engine {
             if k <= select::SMALL_K {
                 select::select_patched(adj, k, &s.overlay, &mut s.cand)?;
             } else {
-                adjust::max_checked(adj)?;
+                crate::simd::max_checked(adj, None)?;
                 s.overlay.check()?;
                 materialise(adj, &s.overlay, &mut s.spare);
                 select::select(&s.spare, k, &mut s.cand);
@@ -3078,15 +3078,15 @@ fn run_stages(
 /// pass as the row's check).
 fn adjusted_max<U: Logit>(adj: &[U], ov: &adjust::Overlay) -> Result<f32, Error> {
     let mut max = if ov.has_bulk_bans() {
-        ov.unmarked_max_checked(adj)?
+        crate::simd::max_checked(adj, ov.marked())?
     } else {
-        let raw_max = adjust::max_checked(adj)?;
+        let raw_max = crate::simd::max_checked(adj, None)?;
         let lowered_top = ov
             .patch
             .iter()
             .any(|&(id, l)| adj[id as usize].to_f32() == raw_max && l < raw_max);
         if lowered_top {
-            ov.unmarked_max_checked(adj)?
+            crate::simd::max_checked(adj, ov.marked())?
         } else {
             raw_max
         }
@@ -5144,6 +5144,50 @@ mod tests {
                     .count();
                 assert_eq!(finite_under(&row[..], &ov, above_neg_inf), plain);
                 assert_eq!(finite_under(&row[..], &ov, false), plain);
+            }
+        }
+    }
+
+    /// The adjusted row's maximum leaves a banned token out wherever it sits (in a
+    /// whole word of marks or in the row's last, partial word; a short row and rows of
+    /// several spans), takes a lowered top's patch instead of its entry, and reports the
+    /// row's first NaN or `+inf`, banned or not.
+    #[test]
+    fn the_adjusted_maximum_skips_bans_and_reports_the_first_bad_entry() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for n in [75usize, 4_099, 151_936] {
+            let row = crate::test_rows::uniform_row(&mut x, n, 2.0, n + 1, n + 1);
+            for top in [5, 40, n - 3] {
+                let mut r = row.clone();
+                r[top] = 300.0;
+                let mut allowed = vec![u32::MAX; n.div_ceil(32)];
+                allowed[top / 32] &= !(1 << (top % 32));
+                let plain = |skip: usize| {
+                    (0..n)
+                        .filter(|&i| i != skip)
+                        .map(|i| r[i])
+                        .fold(f32::NEG_INFINITY, f32::max)
+                };
+                let mut ov = adjust::Overlay::new(n);
+                assert_eq!(adjusted_max(&r[..], &ov), Ok(300.0));
+                // Lowered below the rest: the patch counts, not the entry.
+                let params = SamplingParams::builder()
+                    .logit_bias(top as TokenId, -400.0)
+                    .build()
+                    .unwrap();
+                ov.build(&r[..], &params, &[], &mut vec![0; n]);
+                assert_eq!(adjusted_max(&r[..], &ov), Ok(plain(top)), "lowered {top}");
+                ov.clear();
+                ov.ban_marks(&allowed);
+                assert_eq!(adjusted_max(&r[..], &ov), Ok(plain(top)), "banned {top}");
+                // A NaN at the banned token and a `+inf` after it: the NaN is first.
+                r[top] = f32::NAN;
+                r[n - 1] = f32::INFINITY;
+                let nan = Err(Error::NanLogit { index: top });
+                assert_eq!(adjusted_max(&r[..], &ov), nan);
+                r[top] = 300.0;
+                let inf = Err(Error::InfiniteLogit { index: n - 1 });
+                assert_eq!(adjusted_max(&r[..], &ov), inf);
             }
         }
     }

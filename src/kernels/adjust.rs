@@ -133,40 +133,6 @@ pub(crate) fn lanes_max(m: &[f32; LANES]) -> f32 {
 /// horizontal work is paid once per `BLOCK` entries.
 pub(crate) const BLOCK: usize = 4 * LANES;
 
-/// Maximum of `row` converted to `f32`, checking for NaN and `+inf` in the same pass.
-///
-/// The check costs one addition per entry: a lane sum becomes NaN or `+inf` as soon as
-/// the lane sees a NaN or a `+inf` (`-inf` alone only makes it `-inf`, and `-inf` plus
-/// `+inf` is NaN), and it stays so. A finite sum that overflows to `+inf` is a false
-/// alarm that the exact scan then clears.
-///
-/// # Errors
-/// [`Error::NanLogit`] or [`Error::InfiniteLogit`] for the first NaN or `+inf`.
-pub(crate) fn max_checked<T: Logit>(row: &[T]) -> Result<f32, Error> {
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let mut sum = [0.0f32; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let rem = chunks.remainder();
-    for c in chunks {
-        let v = load(c);
-        for j in 0..LANES {
-            sum[j] += v[j];
-            lanes[j] = if v[j] > lanes[j] { v[j] } else { lanes[j] };
-        }
-    }
-    let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut any_bad = sum.iter().any(|s| not_finite_above(*s));
-    for x in rem {
-        let v = x.to_f32();
-        any_bad |= not_finite_above(v);
-        max = max.max(v);
-    }
-    if any_bad {
-        first_non_finite_of(row)?;
-    }
-    Ok(max)
-}
-
 /// Reports the first NaN or `+inf` of a row of any element type.
 pub(crate) fn first_non_finite_of<T: Logit>(row: &[T]) -> Result<(), Error> {
     for (index, x) in row.iter().enumerate() {
@@ -341,43 +307,6 @@ impl Overlay {
         self.bulk = true;
     }
 
-    /// The maximum of `row` over the unmarked tokens (`-inf` when there are none),
-    /// checking every entry, marked or not, for NaN and `+inf` as [`max_checked`] does.
-    /// One pass, 32 entries (one word of marks) at a time, with the marked entries left
-    /// out of the maxima lane by lane.
-    ///
-    /// # Errors
-    /// [`Error::NanLogit`] or [`Error::InfiniteLogit`] for the row's first NaN or `+inf`.
-    pub(crate) fn unmarked_max_checked<T: Logit>(&self, row: &[T]) -> Result<f32, Error> {
-        use crate::mask::BITS;
-        let mut lanes = [f32::NEG_INFINITY; 32];
-        let mut sum = [0.0f32; 32];
-        let chunks = row.chunks_exact(32);
-        let rem = chunks.remainder();
-        for (c, &m) in chunks.zip(&self.marks) {
-            for j in 0..32 {
-                let v = fast_f32(&c[j]);
-                sum[j] += v;
-                let take = (m & BITS[j] == 0) & (v > lanes[j]);
-                lanes[j] = if take { v } else { lanes[j] };
-            }
-        }
-        let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut any_bad = sum.iter().any(|s| not_finite_above(*s));
-        let base = row.len() - rem.len();
-        for (j, x) in rem.iter().enumerate() {
-            let v = x.to_f32();
-            any_bad |= not_finite_above(v);
-            if !self.is_patched((base + j) as crate::TokenId) {
-                max = max.max(v);
-            }
-        }
-        if any_bad {
-            first_non_finite_of(row)?;
-        }
-        Ok(max)
-    }
-
     /// The adjusted logit of token `id`.
     #[inline]
     pub(crate) fn value<T: Logit>(&self, row: &[T], id: crate::TokenId) -> f32 {
@@ -457,25 +386,4 @@ pub(crate) fn check_input<'r, T>(
         crate::mask::check_len(mask, vocab_size, row.len())?;
     }
     Ok(&row[..vocab_size])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The maximum over the unmarked tokens leaves a banned token out wherever it sits:
-    /// in a whole word of marks or in the row's last, partial word.
-    #[test]
-    fn the_unmarked_maximum_skips_bans_in_every_word() {
-        let n = 75usize;
-        for top in [5, 40, 70] {
-            let mut row: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-            row[top] = 300.0;
-            let mut allowed = vec![u32::MAX; n.div_ceil(32)];
-            allowed[top / 32] &= !(1 << (top % 32));
-            let mut ov = Overlay::new(n);
-            ov.ban_marks(&allowed);
-            assert_eq!(ov.unmarked_max_checked(&row), Ok(6.0), "banned {top}");
-        }
-    }
 }

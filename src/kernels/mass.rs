@@ -564,7 +564,7 @@ pub(crate) fn span_len(n: usize) -> usize {
 
 /// The maximum of the entries of `span` that `marks` leaves unmarked (`-inf` if none),
 /// adding every entry, marked or not, to the lane sums `check`: they turn NaN or `+inf`
-/// once a NaN or a `+inf` is seen (see [`max_checked`](crate::adjust::max_checked)).
+/// once a NaN or a `+inf` is seen (see [`max_checked`](crate::simd::max_checked)).
 /// `marks` starts at the span's first token.
 #[inline(always)]
 pub(crate) fn span_max<T: Logit, const MARKS: bool>(

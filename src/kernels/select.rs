@@ -58,7 +58,7 @@ pub(crate) fn select(logits: &[f32], k: usize, out: &mut Vec<(f32, TokenId)>) {
 /// One pass with a running threshold: each block's lane maxima are compared with the
 /// current k-th best, and only a block holding an entry above it is looked at entry by
 /// entry (on a typical row, a few dozen times in all). The row is checked with the
-/// lane-sum test of [`max_checked`](crate::adjust::max_checked).
+/// lane-sum test of [`max_checked`](crate::simd::max_checked).
 ///
 /// # Errors
 /// [`Error::NanLogit`](crate::Error::NanLogit) /
@@ -74,7 +74,7 @@ pub(crate) fn select_row<T: crate::element::Logit>(
     let mut threshold = f32::NEG_INFINITY;
     let mut sum = [0.0f32; LANES];
     if k == 0 {
-        return crate::adjust::max_checked(row).map(|_| ());
+        return crate::simd::max_checked(row, None).map(|_| ());
     }
     let whole = row.len() / BLOCK * BLOCK;
     let rem_start = whole;
@@ -159,7 +159,7 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     seed_values.clear();
     rest.clear();
     if k == 0 {
-        crate::adjust::max_checked(row)?;
+        crate::simd::max_checked(row, None)?;
         return overlay.check();
     }
     let marks = overlay.marked();

@@ -791,6 +791,27 @@ dispatch!(
     fn<T>(span: &[T], marks: Option<&[u32]>, check: &mut [f32; LANES]) -> f32
 );
 
+/// The maximum of the entries of `row` that `marks` leaves unmarked (`-inf` if none),
+/// checking every entry, marked or not, for NaN and `+inf` in the same pass
+/// ([`span_max`] over the whole row).
+///
+/// The check costs one addition per entry: a lane sum becomes NaN or `+inf` as soon as
+/// the lane sees a NaN or a `+inf` (`-inf` alone only makes it `-inf`, and `-inf` plus
+/// `+inf` is NaN), and it stays so. A finite sum that overflows to `+inf` is a false
+/// alarm that the exact scan then clears.
+///
+/// # Errors
+/// [`Error::NanLogit`](crate::Error::NanLogit) or
+/// [`Error::InfiniteLogit`](crate::Error::InfiniteLogit) for the first NaN or `+inf`.
+pub(crate) fn max_checked<T: Logit>(row: &[T], marks: Option<&[u32]>) -> Result<f32, crate::Error> {
+    let mut check = [0.0f32; LANES];
+    let max = span_max(row, marks, &mut check);
+    if check.iter().any(|&c| crate::adjust::not_finite_above(c)) {
+        crate::adjust::first_non_finite_of(row)?;
+    }
+    Ok(max)
+}
+
 dispatch!(
     /// [`mass::mass_collect`], on the widest vectors the CPU has (fused multiply-adds in
     /// the wide copies, as [`row_mass`]).
