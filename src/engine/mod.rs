@@ -1297,10 +1297,14 @@ impl Engine {
                 fused = Some((cut, near.z, near.err));
             }
         }
+        // The largest entry of each block, when the pass recorded them: the collection
+        // below then reads only the blocks that can hold a survivor.
+        let mut maxima = None;
         if let Floor::Eta { .. } = rule {
-            let (max, e, _) = entropy_under(row, ov)?;
+            let (max, e) = entropy_under_blocks(row, ov, &mut s.block_max)?;
             fused_max = Some(max);
             fused_entropy = Some(e);
+            maxima = Some(&s.block_max[..]);
         }
         let max = match fused_max {
             Some(m) => m,
@@ -1358,7 +1362,16 @@ impl Engine {
             let patches = ov.patch.iter().filter(|p| p.1 >= above);
             s.cand.extend(patches.map(|&(id, l)| (l, id)));
             crate::order::sort(&mut s.cand, &mut s.keys);
-        } else if !crate::simd::collect(row, ov, frame, 0, last, cap, &mut s.cand, &mut s.keys) {
+        } else if !crate::simd::collect_in(
+            row,
+            ov,
+            frame,
+            (0, last),
+            cap,
+            &mut s.cand,
+            &mut s.keys,
+            maxima,
+        ) {
             // Many survivors: the group cuts at the floor, provided that no token lies
             // within the band, which the band's own buckets show, and that the best
             // token is kept.
@@ -1454,7 +1467,9 @@ impl Engine {
         crowded: bool,
     ) -> Result<FloorCut, Error> {
         let n = row.len();
-        let (max, e, _) = entropy_under(row, &self.scratch.overlay)?;
+        // (The blocks' maxima serve the collections from the top below.)
+        let s = &mut self.scratch;
+        let (max, e) = entropy_under_blocks(row, &s.overlay, &mut s.block_max)?;
         if max == f32::NEG_INFINITY || n < 2 {
             return Ok(FloorCut::Undecided);
         }
@@ -1657,15 +1672,16 @@ impl Engine {
         } else {
             LAST
         };
-        if !crate::simd::collect(
+        // (`typical_cut` recorded the blocks' maxima.)
+        if !crate::simd::collect_in(
             row,
             &s.overlay,
             frame,
-            top,
-            bottom,
+            (top, bottom),
             FLOOR_DIRECT,
             &mut s.cand,
             &mut s.keys,
+            Some(&s.block_max),
         ) {
             return TypicalCut::Overflow;
         }
@@ -1767,7 +1783,9 @@ impl Engine {
         let cap = 4 * FLOOR_DIRECT;
         match upper {
             Some(k) => {
-                if !crate::simd::collect(row, ov, frame, 0, k, cap, &mut s.cand, &mut s.keys) {
+                let (maxima, cand) = (Some(&s.block_max[..]), &mut s.cand);
+                if !crate::simd::collect_in(row, ov, frame, (0, k), cap, cand, &mut s.keys, maxima)
+                {
                     return TypicalCut::Undecided;
                 }
             }
@@ -3167,16 +3185,38 @@ fn entropy_under<U: Logit>(
     row: &[U],
     ov: &adjust::Overlay,
 ) -> Result<(f32, crate::stats::Entropy, bool), Error> {
-    let crate::stats::OnlineEntropy {
-        max: m,
-        mut e,
-        bad,
-        above_neg_inf,
-    } = crate::simd::online_entropy(row, ov.marked());
-    if bad {
+    let on = crate::simd::online_entropy(row, ov.marked());
+    let (max, e) = entropy_adjusted(row, ov, &on)?;
+    Ok((max, e, on.above_neg_inf))
+}
+
+/// [`entropy_under`]'s maximum and sums, recording the largest entry of each whole
+/// block of `row` (marked or not) into `maxima` on the way, for the collection after it
+/// ([`collect_in`](crate::simd::collect_in)).
+fn entropy_under_blocks<U: Logit>(
+    row: &[U],
+    ov: &adjust::Overlay,
+    maxima: &mut Vec<f32>,
+) -> Result<(f32, crate::stats::Entropy), Error> {
+    // (Within the capacity reserved for the vocabulary: no allocation.)
+    maxima.resize(row.len() / adjust::BLOCK, f32::NEG_INFINITY);
+    let on = crate::simd::online_entropy_blocks(row, ov.marked(), maxima);
+    entropy_adjusted(row, ov, &on)
+}
+
+/// The adjusted row's maximum and entropy sums from the pass `on` over the unmarked
+/// entries of `row`: the row and the patches checked, the sums taken to a patch above
+/// the row's maximum and the patches' exact terms added.
+fn entropy_adjusted<U: Logit>(
+    row: &[U],
+    ov: &adjust::Overlay,
+    on: &crate::stats::OnlineEntropy,
+) -> Result<(f32, crate::stats::Entropy), Error> {
+    if on.bad {
         adjust::first_non_finite_of(row)?;
     }
     ov.check()?;
+    let (m, mut e) = (on.max, on.e);
     let max = ov.patch.iter().fold(m, |a, p| a.max(p.1));
     if m > f32::NEG_INFINITY && max > m {
         e.rebase(m, max, row.len());
@@ -3186,7 +3226,7 @@ fn entropy_under<U: Logit>(
             e.add_exact(l, max);
         }
     }
-    Ok((max, e, above_neg_inf))
+    Ok((max, e))
 }
 
 /// The number of finite tokens of the adjusted row (`row` under `ov`): the unmarked

@@ -60,6 +60,9 @@ pub(crate) struct Scratch {
     pub(crate) keys: Vec<u64>,
     /// The entries that selection samples (one per block) for its starting threshold.
     pub(crate) seeds: Vec<f32>,
+    /// The largest entry of each whole block of the row, which an entropy pass records
+    /// for the collection after it (see [`for_each_block_bits`](crate::simd::for_each_block_bits)).
+    pub(crate) block_max: Vec<f32>,
     /// The keys that selection found beyond the best `k` (see
     /// [`select_buffered`](crate::select::select_buffered)).
     pub(crate) rest: Vec<u64>,
@@ -97,6 +100,7 @@ impl Scratch {
             win2: with_capacity(vocab_size / 2 + 2 * crate::adjust::LANES)?,
             win2_at: with_capacity(vocab_size / 2 + 2 * crate::adjust::LANES)?,
             seeds: with_capacity(vocab_size / crate::adjust::BLOCK + 1)?,
+            block_max: with_capacity(vocab_size / crate::adjust::BLOCK + 1)?,
             overlay: crate::adjust::Overlay::try_new(vocab_size)?,
             counts: Vec::new(),
             spare: Vec::new(),

@@ -597,6 +597,70 @@ pub(crate) fn span_max<T: Logit, const MARKS: bool>(
         .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
 }
 
+/// [`span_max`], writing as well into `maxima[b]` the largest entry of each whole block
+/// `b` of `span`, marked or not (`-inf` for a block of `-inf` and NaN entries alone),
+/// for a later collection to visit only the blocks that can hold an entry above its
+/// threshold (see [`for_each_block_bits`](crate::simd::for_each_block_bits)). `maxima`
+/// has at least one entry per whole block; the maximum and the check sums are
+/// [`span_max`]'s.
+#[inline(always)]
+pub(crate) fn span_max_blocks<T: Logit, const MARKS: bool>(
+    span: &[T],
+    marks: &[u32],
+    check: &mut [f32; LANES],
+    maxima: &mut [f32],
+) -> f32 {
+    let mut top = [f32::NEG_INFINITY; LANES];
+    let blocks = span.chunks_exact(BLOCK);
+    let rem = blocks.remainder();
+    for ((b, block), block_max) in blocks.enumerate().zip(maxima.iter_mut()) {
+        let mut block_top = [f32::NEG_INFINITY; LANES];
+        for (c, chunk) in block.chunks_exact(LANES).enumerate() {
+            let v = load(chunk);
+            let m = lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES);
+            for j in 0..LANES {
+                check[j] += v[j];
+                let take = !(MARKS && m & BITS[j] != 0) & (v[j] > top[j]);
+                top[j] = if take { v[j] } else { top[j] };
+                block_top[j] = if v[j] > block_top[j] {
+                    v[j]
+                } else {
+                    block_top[j]
+                };
+            }
+        }
+        *block_max = crate::adjust::lanes_max(&block_top);
+    }
+    // (The entries after the last whole block, fewer than `BLOCK`.)
+    let base = span.len() - rem.len();
+    for (j, x) in rem.iter().enumerate() {
+        let v = x.to_f32();
+        check[j % LANES] += v;
+        if !(MARKS && is_marked(marks, base + j)) && v > top[j % LANES] {
+            top[j % LANES] = v;
+        }
+    }
+    top.iter()
+        .copied()
+        .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+}
+
+/// [`span_max_blocks`] with the marks' test chosen at run time. Always inlined, so that
+/// [`simd::span_max_blocks`](crate::simd::span_max_blocks) can compile it for wider
+/// vectors.
+#[inline(always)]
+pub(crate) fn span_max_blocks_of<T: Logit>(
+    span: &[T],
+    marks: Option<&[u32]>,
+    check: &mut [f32; LANES],
+    maxima: &mut [f32],
+) -> f32 {
+    match marks {
+        None => span_max_blocks::<T, false>(span, &[], check, maxima),
+        Some(m) => span_max_blocks::<T, true>(span, m, check, maxima),
+    }
+}
+
 /// The factor `exp((old - new) / T)` that takes a sum relative to a running maximum
 /// `old` to one relative to a larger `new`, in `f64`, and the relative error of
 /// multiplying a sum by it: the argument's two roundings (`2.01 * 2^-53 * a` with

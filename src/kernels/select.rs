@@ -229,7 +229,7 @@ pub(crate) fn count_above<T: crate::element::Logit>(
     threshold: f32,
 ) -> usize {
     let mut count = 0;
-    let whole = crate::simd::for_each_block_bits(row, marks, threshold, |_, bits| {
+    let whole = crate::simd::for_each_block_bits(row, marks, threshold, None, |_, bits| {
         count += bits.count_ones() as usize;
         true
     })

@@ -199,6 +199,25 @@ pub(crate) fn online_entropy<T: Logit>(
     max_of: impl Fn(&[T], Option<&[u32]>, &mut [f32; LANES]) -> f32,
     sums: impl Fn(&[T], Option<&[u32]>, f32) -> Entropy,
 ) -> OnlineEntropy {
+    online_entropy_blocks(row, marks, max_of, sums, None)
+}
+
+/// A span kernel of [`online_entropy_blocks`]:
+/// [`span_max_blocks_of`](crate::mass::span_max_blocks_of)'s arguments (`span`, its
+/// marks, the check sums, the maxima of its blocks) and result.
+pub(crate) type SpanMaxBlocks<T> = fn(&[T], Option<&[u32]>, &mut [f32; LANES], &mut [f32]) -> f32;
+
+/// [`online_entropy`], each span's maximum read with `blocks.0` (as
+/// [`span_max_blocks_of`](crate::mass::span_max_blocks_of)), which also writes the
+/// largest entry of each whole block of the row into `blocks.1` (at least
+/// `row.len() / BLOCK` entries): the same maximum, sums and check.
+pub(crate) fn online_entropy_blocks<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    max_of: impl Fn(&[T], Option<&[u32]>, &mut [f32; LANES]) -> f32,
+    sums: impl Fn(&[T], Option<&[u32]>, f32) -> Entropy,
+    mut blocks: Option<(SpanMaxBlocks<T>, &mut [f32])>,
+) -> OnlineEntropy {
     let len = crate::mass::span_len(row.len());
     let mut check = [0.0f32; LANES];
     let mut max = f32::NEG_INFINITY;
@@ -210,7 +229,10 @@ pub(crate) fn online_entropy<T: Logit>(
     };
     for (i, span) in row.chunks(len).enumerate() {
         let mk = crate::mass::span_marks(marks, i * len);
-        let top = max_of(span, mk, &mut check);
+        let top = match &mut blocks {
+            Some((k, maxima)) => k(span, mk, &mut check, &mut maxima[i * len / BLOCK..]),
+            None => max_of(span, mk, &mut check),
+        };
         if top > max {
             if max > f32::NEG_INFINITY {
                 e.rebase(max, top, row.len());
@@ -559,6 +581,7 @@ mod tests {
             e,
             bad,
             above_neg_inf,
+            ..
         } in [
             online_entropy(row, marks, portable, entropy::<T>),
             online_entropy(row, marks, portable, entropy_in::<T, true>),
@@ -574,6 +597,54 @@ mod tests {
             }
             assert_fast_bounds(&e, exact_entropy(&v, marks, max), n);
         }
+        check_block_maxima(row, marks, &v);
+    }
+
+    /// The entropy pass that records its blocks' maxima, on the portable code and on
+    /// the widest the CPU has: the same maximum, sums and check as the plain pass (bit
+    /// for bit on the portable code), and each whole block's largest entry, marked or
+    /// not, NaN left out (`v` is `row` in `f32`).
+    fn check_block_maxima<T: Logit>(row: &[T], marks: Option<&[u32]>, v: &[f32]) {
+        let portable =
+            |r: &[T], m: Option<&[u32]>, c: &mut [f32; LANES]| crate::mass::span_max_of(r, m, c);
+        let plain = online_entropy(row, marks, portable, entropy::<T>);
+        // (Compared as values: a block's `0.0` and `-0.0` may come out either way.)
+        let want: Vec<f32> = v
+            .chunks_exact(BLOCK)
+            .map(|b| {
+                let m = b.iter().copied().filter(|l| !l.is_nan());
+                m.fold(f32::NEG_INFINITY, f32::max)
+            })
+            .collect();
+        let blocks = v.len() / BLOCK;
+        let mut maxima = vec![f32::NAN; blocks];
+        let k: SpanMaxBlocks<T> = crate::mass::span_max_blocks_of::<T>;
+        let on = online_entropy_blocks(row, marks, portable, entropy::<T>, Some((k, &mut maxima)));
+        let bits = |e: &OnlineEntropy| {
+            (
+                e.max.to_bits(),
+                e.e.z.to_bits(),
+                e.e.s.to_bits(),
+                e.bad,
+                e.above_neg_inf,
+            )
+        };
+        assert_eq!(bits(&on), bits(&plain));
+        assert_eq!(maxima, want);
+        let mut wide = vec![f32::NAN; blocks];
+        let w = crate::simd::online_entropy_blocks(row, marks, &mut wide);
+        let wide_plain = crate::simd::online_entropy(row, marks);
+        let bits = |e: &OnlineEntropy| {
+            (
+                e.max.to_bits(),
+                e.e.z.to_bits(),
+                e.e.s.to_bits(),
+                e.bad,
+                e.above_neg_inf,
+            )
+        };
+        assert_eq!(bits(&w), bits(&wide_plain));
+        assert_eq!(wide, want);
     }
 
     #[test]
