@@ -584,12 +584,25 @@ pub(crate) fn span_max<T: Logit, const MARKS: bool>(
             top[j] = if take { v[j] } else { top[j] };
         }
     }
-    let base = span.len() - rem.len();
-    for (j, x) in rem.iter().enumerate() {
+    finish_span_max::<T, MARKS>(rem, span.len() - rem.len(), marks, check, top)
+}
+
+/// The end of a span's maximum: the entries `rest` (the span's from `base` on, after
+/// its whole chunks or blocks) added to the lanes' check sums and maxima, the `j`-th in
+/// lane `j % LANES`, then the largest lane (the first of equal ones).
+#[inline(always)]
+pub(crate) fn finish_span_max<T: Logit, const MARKS: bool>(
+    rest: &[T],
+    base: usize,
+    marks: &[u32],
+    check: &mut [f32; LANES],
+    mut top: [f32; LANES],
+) -> f32 {
+    for (j, x) in rest.iter().enumerate() {
         let v = x.to_f32();
-        check[j] += v;
-        if !(MARKS && is_marked(marks, base + j)) && v > top[j] {
-            top[j] = v;
+        check[j % LANES] += v;
+        if !(MARKS && is_marked(marks, base + j)) && v > top[j % LANES] {
+            top[j % LANES] = v;
         }
     }
     top.iter()
@@ -632,17 +645,7 @@ pub(crate) fn span_max_blocks<T: Logit, const MARKS: bool>(
         *block_max = crate::adjust::lanes_max(&block_top);
     }
     // (The entries after the last whole block, fewer than `BLOCK`.)
-    let base = span.len() - rem.len();
-    for (j, x) in rem.iter().enumerate() {
-        let v = x.to_f32();
-        check[j % LANES] += v;
-        if !(MARKS && is_marked(marks, base + j)) && v > top[j % LANES] {
-            top[j % LANES] = v;
-        }
-    }
-    top.iter()
-        .copied()
-        .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+    finish_span_max::<T, MARKS>(rem, span.len() - rem.len(), marks, check, top)
 }
 
 /// [`span_max_blocks`] with the marks' test chosen at run time. Always inlined, so that

@@ -929,7 +929,7 @@ pub(crate) fn online_entropy_blocks<T: Logit>(
 /// written with its reduction instructions (compiled from the portable code, each
 /// block's reduction across lanes was split into 4-lane pieces that took three times a
 /// plain maximum's read); every copy computes the same maximum, check sums and block
-/// maxima (the test below checks it).
+/// maxima (the tests check it).
 pub(crate) fn span_max_blocks<T: Logit>(
     span: &[T],
     marks: Option<&[u32]>,
@@ -1016,18 +1016,7 @@ fn span_max_blocks_avx512<T: Logit, const MARKS: bool>(
         _mm512_storeu_ps(check.as_mut_ptr(), acc);
         _mm512_storeu_ps(lanes.as_mut_ptr(), top);
     }
-    let base = span.len() - rem.len();
-    for (j, x) in rem.iter().enumerate() {
-        let v = x.to_f32();
-        check[j % LANES] += v;
-        if !(MARKS && crate::adjust::is_marked(marks, base + j)) && v > lanes[j % LANES] {
-            lanes[j % LANES] = v;
-        }
-    }
-    lanes
-        .iter()
-        .copied()
-        .fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+    mass::finish_span_max::<T, MARKS>(rem, span.len() - rem.len(), marks, check, lanes)
 }
 
 dispatch!(
@@ -1134,6 +1123,50 @@ mod tests {
                     assert_eq!((e.max, e.above_neg_inf), (f.4.max, f.4.above_neg_inf));
                     let (ez, es) = (e.e.z_err + f.4.e.z_err, e.e.s_err + f.4.e.s_err);
                     assert!((e.e.z - f.4.e.z).abs() <= ez && (e.e.s - f.4.e.s).abs() <= es);
+                }
+            }
+        }
+    }
+
+    /// Every copy of the span maximum with its blocks' maxima gives the portable code's
+    /// maximum and check sums bit for bit, and its block maxima (as values), on rows with
+    /// a partial last block, `-inf` and NaN entries, with and without marks.
+    #[test]
+    fn the_block_maxima_agree_on_every_level() {
+        type Blocks = fn(&[f32], Option<&[u32]>, &mut [f32; LANES], &mut [f32]) -> f32;
+        let mut levels: Vec<Blocks> = vec![mass::span_max_blocks_of::<f32>];
+        // SAFETY (every closure below): each copy is pushed only when the CPU supports it.
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            levels.push(|s, m, c, b| unsafe { span_max_blocks_avx2(s, m, c, b) });
+        }
+        if level() == Level::Avx512 {
+            levels.push(|s, m, c, b| match m {
+                Some(m) => unsafe { span_max_blocks_avx512::<f32, true>(s, m, c, b) },
+                None => unsafe { span_max_blocks_avx512::<f32, false>(s, &[], c, b) },
+            });
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for n in [4_096 + 5 * LANES + 3, 64, 100] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, 3.0, 97, 5);
+            row[n / 3] = f32::NEG_INFINITY;
+            row[n / 2] = f32::NAN;
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| (w as u32).wrapping_mul(0x9e37_79b9) & 0x0f0f_0f0f)
+                .collect();
+            for marks in [None, Some(&marks[..])] {
+                let mut c0 = [0.0f32; LANES];
+                let mut b0 = vec![0.0f32; n / BLOCK];
+                let m0 = mass::span_max_blocks_of(&row, marks, &mut c0, &mut b0);
+                let bits = |c: &[f32; LANES]| c.map(f32::to_bits);
+                for (i, k) in levels.iter().enumerate() {
+                    let (mut check, mut maxima) = ([0.0f32; LANES], vec![0.0f32; n / BLOCK]);
+                    let m = k(&row, marks, &mut check, &mut maxima);
+                    assert_eq!(
+                        (m.to_bits(), bits(&check)),
+                        (m0.to_bits(), bits(&c0)),
+                        "level {i}"
+                    );
+                    assert_eq!(maxima, b0, "level {i}");
                 }
             }
         }

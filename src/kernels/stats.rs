@@ -634,15 +634,6 @@ mod tests {
         let mut wide = vec![f32::NAN; blocks];
         let w = crate::simd::online_entropy_blocks(row, marks, &mut wide);
         let wide_plain = crate::simd::online_entropy(row, marks);
-        let bits = |e: &OnlineEntropy| {
-            (
-                e.max.to_bits(),
-                e.e.z.to_bits(),
-                e.e.s.to_bits(),
-                e.bad,
-                e.above_neg_inf,
-            )
-        };
         assert_eq!(bits(&w), bits(&wide_plain));
         assert_eq!(wide, want);
     }
