@@ -292,6 +292,38 @@ proptest! {
     }
 }
 
+/// XTC and dynamic temperature first with a temperature alone after them, on rows long
+/// enough (151,936 logits) that the draw selects the row's best tokens from the block
+/// maxima the stage's pass recorded: peaked, heavy-tailed and tied rows, with and
+/// without bias, penalties and a mask, in `f32` and `bf16`.
+#[test]
+fn xtc_and_dynamic_temperature_first_draw_from_the_block_maxima_as_their_own_apply() {
+    let n = 151_936;
+    let rules = [
+        Rule::Xtc(1.0, 0.1, false, 1, false),
+        Rule::Xtc(1.0, 0.05, true, 1, true),
+        Rule::DynTemp(0.5, 1.0),
+        Rule::DynTemp(0.3, 0.0),
+    ];
+    for (i, rule) in rules.into_iter().enumerate() {
+        for (shape, seed) in [(0u8, 3u64), (5, 4), (2, 5)] {
+            let row = shaped_row(shape, n, seed + 10 * i as u64);
+            for (bias, penalties, mask, dtype) in [
+                (false, false, 0u8, 0u8),
+                (true, true, 0, 2),
+                (false, false, 1, 0),
+            ] {
+                let mut r = Mix(seed ^ 0x77);
+                let mut c = plain(row.clone(), rule, 0);
+                (c.bias, c.penalties, c.dtype) = (bias, penalties, dtype);
+                c.history = (0..8).map(|_| (r.next() % n as u64) as TokenId).collect();
+                c.mask = (mask == 1).then(|| (0..n).map(|_| !r.next().is_multiple_of(4)).collect());
+                check(&c).unwrap_or_else(|e| panic!("{rule:?}, shape {shape}: {e}"));
+            }
+        }
+    }
+}
+
 /// Rows built so that a token sits exactly on the floor, where the fast statistic must
 /// hand the decision to the stage's own arithmetic.
 #[test]

@@ -958,12 +958,16 @@ impl Engine {
         }
         self.build_patches(row, mask);
         match self.xtc_bans(row) {
-            Ok(true) => {
+            Ok(Some(bans)) => {
+                // (The draw selects its best tokens from the block maxima the pass
+                // recorded; the bans may be among them.)
+                self.scratch.maxima_ready = Some(bans);
                 let r = self.finish(row, row, None, goal);
+                self.scratch.maxima_ready = None;
                 self.scratch.overlay.clear();
                 r
             }
-            Ok(false) | Err(_) => {
+            Ok(None) | Err(_) => {
                 self.scratch.overlay.clear();
                 self.run_dense(row, mask, goal)
             }
@@ -1004,7 +1008,14 @@ impl Engine {
         let u = u.unwrap_or_else(|| self.rng.uniform(self.seq.step()));
         self.build_patches(row, mask);
         let drawn = match self.dyn_temp_bracket(row, rule) {
-            Ok(Some((bracket, gap))) => self.draw_at_both(row, bracket, gap, u).map(|d| d.0),
+            Ok(Some((bracket, gap))) => {
+                // (The bracket's pass recorded the row's block maxima: the draws select
+                // their best tokens from them.)
+                self.scratch.maxima_ready = Some(0);
+                let drawn = self.draw_at_both(row, bracket, gap, u).map(|d| d.0);
+                self.scratch.maxima_ready = None;
+                drawn
+            }
             _ => None,
         };
         self.scratch.overlay.clear();
@@ -1088,12 +1099,13 @@ impl Engine {
     /// they do not bound it); `None` when the bounds cannot give them, or give a
     /// temperature the `f32` weights do not hold at.
     fn dyn_temp_bracket<T: Logit>(
-        &self,
+        &mut self,
         row: &[T],
         rule: (f32, f32, f32),
     ) -> Result<Option<Bracket>, Error> {
+        let s = &mut self.scratch;
+        let (max, e, above_neg_inf) = entropy_under_blocks(row, &s.overlay, &mut s.block_max)?;
         let ov = &self.scratch.overlay;
-        let (max, e, above_neg_inf) = entropy_under(row, ov)?;
         if max == f32::NEG_INFINITY {
             return Ok(None);
         }
@@ -1158,8 +1170,9 @@ impl Engine {
     }
 
     /// Bans under `scratch.overlay` the tokens [`Xtc`](crate::Xtc) removes from `row`
-    /// (none when it removes none); false when the fast pass cannot decide (see
-    /// [`run_xtc`](Self::run_xtc)).
+    /// (none when it removes none), and returns how many; `None` when the fast pass cannot
+    /// decide (see [`run_xtc`](Self::run_xtc)). The pass records the row's block maxima
+    /// in `scratch.block_max`.
     ///
     /// The stage weighs each token `w = exp(l - max)` in `f64` and sums the weights in
     /// id order: that total lies within `err + (n + 2) 2^-52 z` of the pass's mass `z`
@@ -1169,21 +1182,22 @@ impl Engine {
     /// the threshold agree. A token the pass does not collect weighs less than
     /// `threshold` against a total of at least 1, so it is neither above the threshold
     /// nor heavier than the lightest token above it.
-    fn xtc_bans<T: Logit>(&mut self, row: &[T]) -> Result<bool, Error> {
+    fn xtc_bans<T: Logit>(&mut self, row: &[T]) -> Result<Option<usize>, Error> {
         let (s, Some(rule)) = (&mut self.scratch, self.xtc.as_ref()) else {
-            return Ok(false);
+            return Ok(None);
         };
         let offset = rule.threshold.ln() - 1e-3;
         if offset == f64::NEG_INFINITY {
             // (A threshold of 0: every token.)
-            return Ok(false);
+            return Ok(None);
         }
-        let near = near_max_mass(row, &s.overlay, offset, &mut s.cand)?;
+        let maxima = Some(&mut s.block_max);
+        let near = near_max_mass(row, &s.overlay, offset, &mut s.cand, maxima)?;
         let (Some(above), max) = (near.above, near.max) else {
-            return Ok(false);
+            return Ok(None);
         };
         if max == f32::NEG_INFINITY {
-            return Ok(false);
+            return Ok(None);
         }
         let ov = &s.overlay;
         s.cand.extend(
@@ -1202,7 +1216,7 @@ impl Engine {
         );
         let (lo, hi) = ((z - err) * (1.0 - 4.0 * u), (z + err) * (1.0 + 4.0 * u));
         if lo.is_nan() || lo <= 0.0 {
-            return Ok(false);
+            return Ok(None);
         }
         let thr = rule.threshold;
         let (mut n_above, mut least) = (0usize, f64::INFINITY);
@@ -1217,27 +1231,27 @@ impl Engine {
                     least = least.min(w);
                 }
                 (false, true) => {}
-                (false, false) => return Ok(false),
+                (false, false) => return Ok(None),
             }
         }
         if n_above < 2 {
-            return Ok(true);
+            return Ok(Some(0));
         }
         let special = &rule.special;
         let removed =
             |&&(l, id): &&(f32, TokenId)| weight(l) > least && special.binary_search(&id).is_err();
         let n_removed = s.cand.iter().filter(removed).count();
         if n_removed == 0 {
-            return Ok(true);
+            return Ok(Some(0));
         }
         // Every collected token has a positive weight: the stage counts at least these.
         if s.cand.len() - n_removed < rule.keep {
-            return Ok(false);
+            return Ok(None);
         }
         for &(_, id) in s.cand.iter().filter(removed) {
             s.overlay.ban(id);
         }
-        Ok(true)
+        Ok(Some(n_removed))
     }
 
     /// True when a floor stage's survivors can be left to the first cut group: the
@@ -1290,7 +1304,7 @@ impl Engine {
             // A kept token weighs at least `cut` of the total, itself at least the
             // maximum's weight 1: none lies below `max + ln(cut)`. The mass pass finds
             // the maximum and collects the tokens above that (with a margin) on the way.
-            let near = near_max_mass(row, ov, cut.ln() - 1e-3, &mut s.cand)?;
+            let near = near_max_mass(row, ov, cut.ln() - 1e-3, &mut s.cand, None)?;
             fused_max = Some(near.max);
             if near.max > f32::NEG_INFINITY {
                 collected = near.above;
@@ -1301,7 +1315,7 @@ impl Engine {
         // below then reads only the blocks that can hold a survivor.
         let mut maxima = None;
         if let Floor::Eta { .. } = rule {
-            let (max, e) = entropy_under_blocks(row, ov, &mut s.block_max)?;
+            let (max, e, _) = entropy_under_blocks(row, ov, &mut s.block_max)?;
             fused_max = Some(max);
             fused_entropy = Some(e);
             maxima = Some(&s.block_max[..]);
@@ -1469,7 +1483,7 @@ impl Engine {
         let n = row.len();
         // (The blocks' maxima serve the collections from the top below.)
         let s = &mut self.scratch;
-        let (max, e) = entropy_under_blocks(row, &s.overlay, &mut s.block_max)?;
+        let (max, e, _) = entropy_under_blocks(row, &s.overlay, &mut s.block_max)?;
         if max == f32::NEG_INFINITY || n < 2 {
             return Ok(FloorCut::Undecided);
         }
@@ -3147,8 +3161,17 @@ fn near_max_mass<T: Logit>(
     ov: &adjust::Overlay,
     offset: f64,
     cand: &mut Vec<Cand>,
+    maxima: Option<&mut Vec<f32>>,
 ) -> Result<NearMax, Error> {
-    let (on, all) = crate::simd::online_collect(row, ov.marked(), offset, FLOOR_DIRECT, cand);
+    let marks = ov.marked();
+    let (on, all) = match maxima {
+        Some(maxima) => {
+            // (Within the capacity reserved for the vocabulary: no allocation.)
+            maxima.resize(row.len() / adjust::BLOCK, f32::NEG_INFINITY);
+            crate::simd::online_collect_blocks(row, marks, offset, FLOOR_DIRECT, cand, maxima)
+        }
+        None => crate::simd::online_collect(row, marks, offset, FLOOR_DIRECT, cand),
+    };
     if on.bad {
         adjust::first_non_finite_of(row)?;
     }
@@ -3180,7 +3203,9 @@ fn near_max_mass<T: Logit>(
 /// under `ov`, at temperature 1), from one vectorised pass over the unmarked entries and
 /// the patches' exact terms; checks the row and the patches for NaN and `+inf`. The
 /// third value is true when the pass saw no `-inf` entry in `row` (see
-/// [`OnlineEntropy`](crate::stats::OnlineEntropy)).
+/// [`OnlineEntropy`](crate::stats::OnlineEntropy)). The engine takes them with the
+/// blocks' maxima ([`entropy_under_blocks`]); the tests, from this plain pass too.
+#[cfg(test)]
 fn entropy_under<U: Logit>(
     row: &[U],
     ov: &adjust::Overlay,
@@ -3190,18 +3215,24 @@ fn entropy_under<U: Logit>(
     Ok((max, e, on.above_neg_inf))
 }
 
-/// [`entropy_under`]'s maximum and sums, recording the largest entry of each whole
-/// block of `row` (marked or not) into `maxima` on the way, for the collection after it
-/// ([`collect_in`](crate::simd::collect_in)).
+/// The adjusted row's maximum and its [`Entropy`](crate::stats::Entropy) sums (`row`
+/// under `ov`, at temperature 1), from one vectorised pass over the unmarked entries and
+/// the patches' exact terms, recording the largest entry of each whole block of `row`
+/// (marked or not) into `maxima` on the way, for a collection or selection after it
+/// ([`collect_in`](crate::simd::collect_in),
+/// [`select_by_maxima`](crate::select::select_by_maxima)); checks the row and the
+/// patches for NaN and `+inf`. The third value is true when the pass saw no `-inf` entry
+/// in `row` (see [`OnlineEntropy`](crate::stats::OnlineEntropy)).
 fn entropy_under_blocks<U: Logit>(
     row: &[U],
     ov: &adjust::Overlay,
     maxima: &mut Vec<f32>,
-) -> Result<(f32, crate::stats::Entropy), Error> {
+) -> Result<(f32, crate::stats::Entropy, bool), Error> {
     // (Within the capacity reserved for the vocabulary: no allocation.)
     maxima.resize(row.len() / adjust::BLOCK, f32::NEG_INFINITY);
     let on = crate::simd::online_entropy_blocks(row, ov.marked(), maxima);
-    entropy_adjusted(row, ov, &on)
+    let (max, e) = entropy_adjusted(row, ov, &on)?;
+    Ok((max, e, on.above_neg_inf))
 }
 
 /// The adjusted row's maximum and entropy sums from the pass `on` over the unmarked
@@ -3231,7 +3262,7 @@ fn entropy_adjusted<U: Logit>(
 
 /// The number of finite tokens of the adjusted row (`row` under `ov`): the unmarked
 /// entries above `-inf` and the patches above it. With `above_neg_inf` (no entry of
-/// `row` is `-inf`, as [`entropy_under`] reports), every unmarked entry counts, and
+/// `row` is `-inf`, as [`entropy_under_blocks`] reports), every unmarked entry counts, and
 /// the marks' bits alone give their number; otherwise one pass over the row counts them.
 fn finite_under<U: Logit>(row: &[U], ov: &adjust::Overlay, above_neg_inf: bool) -> usize {
     let unmarked = match ov.marked() {
@@ -3700,7 +3731,17 @@ fn draw_from_best<U: Logit>(s: &mut Scratch, adj: &[U], t: f32, u: f64) -> Resul
     s.reached = false;
     let (keys, seeds, rest) = (&mut s.keys, &mut s.seeds, &mut s.rest);
     rest.clear();
-    select::select_buffered(adj, DRAW_BEST, &s.overlay, keys, seeds, &mut s.cand, rest)?;
+    let ov = &s.overlay;
+    let by_maxima = s.maxima_ready.is_some_and(|spare| {
+        select::select_by_maxima(adj, DRAW_BEST, ov, (&s.block_max, spare), keys, &mut s.cand)
+    });
+    if by_maxima {
+        // (The sample that estimates the mass below the candidates.)
+        seeds.clear();
+        select::sample_blocks(adj, ov.marked(), 1, seeds);
+    } else {
+        select::select_buffered(adj, DRAW_BEST, ov, keys, seeds, &mut s.cand, rest)?;
+    }
     let Some(&(max, _)) = s.cand.first() else {
         return Err(Error::NoCandidates);
     };
@@ -4766,10 +4807,25 @@ mod tests {
                     let (mut decided, mut once) = (0, 0);
                     for k in 0..50 {
                         let u = (f64::from(k) + 0.5) / 50.0;
+                        let (mut c, mut i) = (0.0, 0);
+                        while i + 1 < top_k && c + w[i] <= u * z {
+                            c += w[i];
+                            i += 1;
+                        }
+                        let case = format!("{name}, {delta}, {exponent}, top-k {top_k}: {u}");
+                        // The whole step, as the chain runs it.
+                        let whole = chain.sample_with_uniform(&row[..], None, u).unwrap();
+                        assert_eq!(whole.token, order[i].1, "{case}, the whole step");
                         let e = &mut chain.engine;
                         let temps = (e.params.temperature, e.draw_temperature);
                         e.build_patches(&row[..], None);
+                        // As the step runs them: the bracket's pass records the row's
+                        // block maxima, from which the draws select their best tokens.
+                        let rule = e.dyn_temp.expect("dynamic temperature first is planned");
+                        assert!(e.dyn_temp_bracket(&row[..], rule).unwrap().is_some());
+                        e.scratch.maxima_ready = Some(0);
                         let drawn = e.draw_at_both(&row[..], (ta, tb), gap, u);
+                        e.scratch.maxima_ready = None;
                         e.scratch.overlay.clear();
                         assert_eq!(
                             (e.params.temperature, e.draw_temperature),
@@ -4779,12 +4835,6 @@ mod tests {
                         let Some((sample, one)) = drawn else {
                             continue;
                         };
-                        let (mut c, mut i) = (0.0, 0);
-                        while i + 1 < top_k && c + w[i] <= u * z {
-                            c += w[i];
-                            i += 1;
-                        }
-                        let case = format!("{name}, {delta}, {exponent}, top-k {top_k}: {u}");
                         assert_eq!(sample.token, order[i].1, "{case}");
                         decided += 1;
                         once += usize::from(one);
@@ -4958,7 +5008,7 @@ mod tests {
                 let e = &mut chain.engine;
                 assert!(e.xtc.is_some(), "XTC first is planned as bans");
                 e.build_patches(&row[..], None);
-                assert_eq!(e.xtc_bans(&row[..]), Ok(true), "{n}, {scale}");
+                assert!(matches!(e.xtc_bans(&row[..]), Ok(Some(_))), "{n}, {scale}");
                 let banned: Vec<TokenId> = (0..n as TokenId)
                     .filter(|&id| e.scratch.overlay.is_patched(id))
                     .collect();

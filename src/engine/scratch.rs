@@ -63,6 +63,13 @@ pub(crate) struct Scratch {
     /// The largest entry of each whole block of the row, which an entropy pass records
     /// for the collection after it (see [`for_each_block_bits`](crate::simd::for_each_block_bits)).
     pub(crate) block_max: Vec<f32>,
+    /// `Some(bans)` when `block_max` holds the maxima of the row the engine is drawing
+    /// from, of which `bans` may be tokens banned since, so that the draw from its best
+    /// tokens selects them from the maxima
+    /// ([`select_by_maxima`](crate::select::select_by_maxima)). Set for the draws of
+    /// [`Engine::run_dyn_temp`](super::Engine::run_dyn_temp) and
+    /// [`Engine::run_xtc`](super::Engine::run_xtc) alone.
+    pub(crate) maxima_ready: Option<usize>,
     /// The keys that selection found beyond the best `k` (see
     /// [`select_buffered`](crate::select::select_buffered)).
     pub(crate) rest: Vec<u64>,
@@ -115,6 +122,7 @@ impl Scratch {
             rest: with_capacity(vocab_size)?,
             reach: None,
             reached: false,
+            maxima_ready: None,
         };
         counts.resize(vocab_size, 0);
         Ok(Scratch { counts, ..s })

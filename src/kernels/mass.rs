@@ -1033,10 +1033,10 @@ pub(crate) fn online_collect<T: Logit, M, W>(
     offset: f64,
     cap: usize,
     out: &mut Vec<(f32, TokenId)>,
-    k: SpanKernels<M, W>,
+    mut k: SpanKernels<M, W>,
 ) -> (Online, bool)
 where
-    M: Fn(&[T], Option<&[u32]>, &mut [f32; LANES]) -> f32,
+    M: FnMut(&[T], Option<&[u32]>, &mut [f32; LANES]) -> f32,
     W: Fn(&[T], Option<&[u32]>, f32, f32, usize, usize, &mut Vec<(f32, TokenId)>) -> (f64, f64),
 {
     out.clear();

@@ -219,6 +219,89 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
     Ok(())
 }
 
+/// [`select_buffered`]'s best `k` entries of `row` under `overlay` (into `out`, in
+/// [`order`]), from `maxima`, the largest entry of each whole block of `row` (marked or
+/// not, as an entropy pass records them), instead of a pass over the row; false, with
+/// `out` empty, when the maxima cannot give them. `row` and the patches must already be
+/// checked for NaN and `+inf` (the entropy pass that recorded `maxima` did).
+///
+/// The `j`-th largest block maximum `tau` has at least `j` entries at or above it (one
+/// in each of those blocks), `j = k + spare + ` the patches: the maxima count marked
+/// entries, and a patched token's entry, or one of the caller's `spare` bans, may be
+/// one of them. Every unmarked entry at or above `tau` is read: from the blocks whose
+/// maximum reaches it ([`for_each_block_bits`](crate::simd::for_each_block_bits)), the
+/// entries after the last whole block, and the patches. When at least `k` of them are
+/// (not always under a mask's marks), they hold the best `k`, since every other entry
+/// lies below `tau` and so below each of them; ties at `tau` are all read. False as well
+/// when `tau` is `-inf` or `row` has no more than `j` whole blocks.
+pub(crate) fn select_by_maxima<T: crate::element::Logit>(
+    row: &[T],
+    k: usize,
+    overlay: &crate::adjust::Overlay,
+    (maxima, spare): (&[f32], usize),
+    keys: &mut Vec<u64>,
+    out: &mut Vec<(f32, TokenId)>,
+) -> bool {
+    use crate::adjust::BLOCK;
+    out.clear();
+    keys.clear();
+    let blocks = row.len() / BLOCK;
+    let j = k.saturating_add(spare).saturating_add(overlay.patch.len());
+    if k == 0 || blocks <= j || maxima.len() < blocks {
+        return false;
+    }
+    let maxima = &maxima[..blocks];
+    keys.extend(
+        maxima
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| pack(l, i as TokenId)),
+    );
+    keys.select_nth_unstable_by(j - 1, |a, b| b.cmp(a));
+    let tau = unpack(keys[j - 1]).0;
+    keys.clear();
+    if tau == f32::NEG_INFINITY {
+        return false;
+    }
+    let marks = overlay.marked();
+    // (Above the value just below `tau`: at or above it.)
+    let below = tau.next_down();
+    let whole = crate::simd::for_each_block_bits(row, marks, below, Some(maxima), |at, bits| {
+        let mut m = bits;
+        while m != 0 {
+            let j = m.trailing_zeros() as usize;
+            keys.push(pack(row[at + j].to_f32(), (at + j) as TokenId));
+            m &= m - 1;
+        }
+        true
+    })
+    .unwrap_or(row.len());
+    let unmarked = |i: usize| !marks.is_some_and(|m| crate::adjust::is_marked(m, i));
+    for (j, x) in row[whole..].iter().enumerate() {
+        let l = x.to_f32();
+        if l >= tau && unmarked(whole + j) {
+            keys.push(pack(l, (whole + j) as TokenId));
+        }
+    }
+    keys.extend(
+        overlay
+            .patch
+            .iter()
+            .filter(|&&(_, l)| l >= tau)
+            .map(|&(id, l)| pack(l, id)),
+    );
+    if keys.len() < k {
+        keys.clear();
+        return false;
+    }
+    keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+    keys.truncate(k);
+    // Descending keys are the candidates in [`order`].
+    keys.sort_unstable_by(|a, b| b.cmp(a));
+    out.extend(keys.iter().map(|&key| unpack(key)));
+    true
+}
+
 /// The number of entries of `row` above `threshold` that `marks` (token `i` at bit
 /// `i % 32` of `marks[i / 32]`, or none) does not mark: with `-inf`, the finite tokens of
 /// a row under a mask's bans. The bits of [`simd::block_masks`](crate::simd::block_masks),
@@ -490,6 +573,7 @@ pub(crate) fn select_patched<T: crate::element::Logit>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adjust::BLOCK;
     use proptest::prelude::*;
 
     proptest! {
@@ -522,6 +606,112 @@ mod tests {
             let back: Vec<f32> = brains.iter().map(|h| h.to_f32()).collect();
             prop_assert_eq!(count_above(&brains, marks, threshold), plain(&back));
         }
+    }
+
+    proptest! {
+        /// [`select_by_maxima`], where it selects, gives the best `k` of the adjusted row
+        /// in order (a full sort's), under marks and patches, with ties and `-inf`; and it
+        /// selects whenever nothing is marked and the `k + spare`-th block maximum is
+        /// finite.
+        #[test]
+        fn selection_from_the_block_maxima_equals_a_full_sort(
+            row in prop::collection::vec(prop_oneof![
+                1 => Just(f32::NEG_INFINITY),
+                8 => (-20i32..20).prop_map(|l| l as f32 / 4.0),
+                2 => -30.0f32..30.0,
+            ], 0..3_000),
+            k in 1usize..48,
+            allowed in prop::collection::vec(any::<u32>(), 94),
+            masked in any::<bool>(),
+            spare in 0usize..3,
+            biases in prop::collection::vec((0usize..3_000, prop_oneof![
+                (-40i32..40).prop_map(|b| b as f32 / 4.0),
+                -40.0f32..40.0,
+            ]), 0..6),
+        ) {
+            let n = row.len();
+            let blocks = n / BLOCK;
+            let maxima: Vec<f32> = row
+                .chunks_exact(BLOCK)
+                .map(|b| b.iter().copied().fold(f32::NEG_INFINITY, f32::max))
+                .collect();
+            let mut params = crate::params::SamplingParams::builder();
+            for &(id, b) in biases.iter().filter(|b| b.0 < n) {
+                params = params.logit_bias(id as TokenId, b);
+            }
+            let params = params.build().unwrap();
+            let mut ov = crate::adjust::Overlay::new(n);
+            ov.build(&row, &params, &[], &mut []);
+            if masked {
+                ov.ban_marks(&allowed[..n.div_ceil(32)]);
+            }
+            let mut want: Vec<(f32, TokenId)> = (0..n as TokenId)
+                .map(|id| (ov.value(&row, id), id))
+                .filter(|&(l, _)| l > f32::NEG_INFINITY)
+                .collect();
+            want.sort_by(order);
+            want.truncate(k);
+            let (mut keys, mut out) = (Vec::new(), Vec::new());
+            let selected = select_by_maxima(&row, k, &ov, (&maxima, spare), &mut keys, &mut out);
+            if selected {
+                prop_assert_eq!(&out, &want);
+            } else {
+                prop_assert!(out.is_empty());
+            }
+            let mut by_value = maxima.clone();
+            by_value.sort_by(|a, b| b.total_cmp(a));
+            let j = k + spare;
+            let finite = blocks > j && by_value[j - 1] > f32::NEG_INFINITY;
+            if finite && !masked && ov.patch.is_empty() {
+                prop_assert!(selected, "n {} k {}", n, k);
+            }
+        }
+    }
+
+    /// The ties at the `k`-th block maximum that [`select_by_maxima`] must read: an
+    /// entry after the last whole block, when marks leave the blocks short, and a patch
+    /// whose lower id puts it first among the ties.
+    #[test]
+    fn selection_from_the_block_maxima_reads_the_ties_after_the_blocks_and_in_the_patches() {
+        let n = 4 * BLOCK + 10;
+        let mut row = vec![0.0f32; n];
+        let (top, a, b, tail) = (5, BLOCK + 7, 2 * BLOCK + 9, 4 * BLOCK + 4);
+        row[top] = 5.0;
+        (row[a], row[b], row[tail]) = (3.0, 3.0, 3.0);
+        let maxima = [5.0, 3.0, 3.0, 0.0];
+        let (mut keys, mut out) = (Vec::new(), Vec::new());
+        // The `k`-th maximum is 3; with the blocks' 3s banned, the third 3 is the tail's.
+        let mut allowed = vec![u32::MAX; n.div_ceil(32)];
+        allowed[a / 32] &= !(1 << (a % 32));
+        allowed[b / 32] &= !(1 << (b % 32));
+        let mut ov = crate::adjust::Overlay::new(n);
+        ov.ban_marks(&allowed);
+        assert!(select_by_maxima(
+            &row,
+            2,
+            &ov,
+            (&maxima, 0),
+            &mut keys,
+            &mut out
+        ));
+        assert_eq!(out, [(5.0, top as TokenId), (3.0, tail as TokenId)]);
+        // Token 1 raised to 3 by a bias: the first of the 3s (the third maximum, with
+        // one taken for the patch).
+        let params = crate::params::SamplingParams::builder()
+            .logit_bias(1, 3.0)
+            .build()
+            .unwrap();
+        let mut ov = crate::adjust::Overlay::new(n);
+        ov.build(&row, &params, &[], &mut []);
+        assert!(select_by_maxima(
+            &row,
+            2,
+            &ov,
+            (&maxima, 0),
+            &mut keys,
+            &mut out
+        ));
+        assert_eq!(out, [(5.0, top as TokenId), (3.0, 1)]);
     }
 
     /// Every entry of `row` with its id, in [`order`].

@@ -903,13 +903,41 @@ pub(crate) fn online_collect<T: Logit>(
     mass::online_collect(row, marks, offset, cap, out, k)
 }
 
-/// [`stats::online_entropy`] with each span on the widest vectors the CPU has.
+/// [`online_collect`], each span's maximum read by [`span_max_blocks`], which writes the
+/// largest entry of each whole block of `row` (marked or not) into `maxima` (at least
+/// `row.len() / BLOCK` entries): the same result.
+pub(crate) fn online_collect_blocks<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    offset: f64,
+    cap: usize,
+    out: &mut Vec<(f32, TokenId)>,
+    maxima: &mut [f32],
+) -> (mass::Online, bool) {
+    // (The spans come in order, each a whole number of blocks but the last.)
+    let mut at = 0;
+    let max = |span: &[T], mk: Option<&[u32]>, check: &mut [f32; LANES]| {
+        let top = span_max_blocks(span, mk, check, &mut maxima[at..]);
+        at += span.len() / crate::adjust::BLOCK;
+        top
+    };
+    let k = mass::SpanKernels {
+        max,
+        work: mass_collect::<T>,
+    };
+    mass::online_collect(row, marks, offset, cap, out, k)
+}
+
+/// [`stats::online_entropy`] with each span on the widest vectors the CPU has (the
+/// engine takes the blocks' maxima with it, [`online_entropy_blocks`]; the tests compare
+/// the two).
+#[cfg(test)]
 pub(crate) fn online_entropy<T: Logit>(row: &[T], marks: Option<&[u32]>) -> stats::OnlineEntropy {
     stats::online_entropy(row, marks, span_max::<T>, row_entropy::<T>)
 }
 
-/// [`stats::online_entropy_blocks`] with each span on the widest vectors the CPU has:
-/// [`online_entropy`], writing each whole block's largest entry into `maxima`.
+/// [`stats::online_entropy_blocks`] with each span on the widest vectors the CPU has,
+/// writing each whole block's largest entry into `maxima`.
 pub(crate) fn online_entropy_blocks<T: Logit>(
     row: &[T],
     marks: Option<&[u32]>,
@@ -1168,6 +1196,40 @@ mod tests {
                     );
                     assert_eq!(maxima, b0, "level {i}");
                 }
+            }
+        }
+    }
+
+    /// The collecting mass pass with its blocks' maxima gives the plain pass's result bit
+    /// for bit, the same collection, and the largest entry of each whole block (marked
+    /// or not) at the block's place, on rows of one span and of many, with and without
+    /// marks.
+    #[test]
+    fn the_collection_records_each_blocks_maximum_in_its_place() {
+        let mut x = 0x51ed_2701_9e37_79b9u64;
+        for n in [100usize, 4_099, 151_936] {
+            let mut row = crate::test_rows::uniform_row(&mut x, n, 6.0, 101, 5);
+            row[n / 3] = f32::NEG_INFINITY;
+            for i in (0..n).step_by(997) {
+                row[i] = 9.0 + (i % 7) as f32;
+            }
+            let marks: Vec<u32> = (0..n.div_ceil(32))
+                .map(|w| (w as u32).wrapping_mul(0x9e37_79b9) & 0x0f0f_0f0f)
+                .collect();
+            let want: Vec<f32> = row
+                .chunks_exact(BLOCK)
+                .map(|b| b.iter().copied().fold(f32::NEG_INFINITY, f32::max))
+                .collect();
+            for marks in [None, Some(&marks[..])] {
+                let (mut plain, mut with) = (Vec::new(), Vec::new());
+                let (a, all_a) = online_collect(&row, marks, -3.0, 4096, &mut plain);
+                let mut maxima = vec![f32::NAN; n / BLOCK];
+                let (b, all_b) =
+                    online_collect_blocks(&row, marks, -3.0, 4096, &mut with, &mut maxima);
+                let bits = |o: &mass::Online| (o.max.to_bits(), o.z.to_bits(), o.err.to_bits());
+                assert_eq!((bits(&a), a.bad, all_a), (bits(&b), b.bad, all_b), "{n}");
+                assert_eq!(plain, with, "{n}");
+                assert_eq!(maxima, want, "{n}");
             }
         }
     }

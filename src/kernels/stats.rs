@@ -91,7 +91,7 @@ impl Entropy {
 ///
 /// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
 /// [`simd::row_entropy`](crate::simd::row_entropy) can compile it for wider vectors
-/// (the engine runs it span by span, through [`online_entropy`]).
+/// (the engine runs it span by span, through [`online_entropy_blocks`]).
 #[inline(always)]
 pub(crate) fn entropy<T: Logit>(row: &[T], marks: Option<&[u32]>, max: f32) -> Entropy {
     entropy_in::<T, false>(row, marks, max)
@@ -187,12 +187,8 @@ pub(crate) fn entropy_in<T: Logit, const FUSED: bool>(
     }
 }
 
-/// [`entropy`] without the maximum known beforehand: one pass over the row in spans
-/// ([`span_len`](crate::mass::span_len)), each span's maximum read first (`max`, as
-/// [`span_max_of`](crate::mass::span_max_of)), its sums computed against the running
-/// maximum (`sums`, as [`entropy`]) and the sums so far taken to a new maximum by
-/// [`Entropy::rebase`] when it rises. The loop is scalar; the engine passes the
-/// dispatched kernels.
+/// [`online_entropy_blocks`] without the blocks' maxima (the tests compare the two).
+#[cfg(test)]
 pub(crate) fn online_entropy<T: Logit>(
     row: &[T],
     marks: Option<&[u32]>,
@@ -207,7 +203,14 @@ pub(crate) fn online_entropy<T: Logit>(
 /// marks, the check sums, the maxima of its blocks) and result.
 pub(crate) type SpanMaxBlocks<T> = fn(&[T], Option<&[u32]>, &mut [f32; LANES], &mut [f32]) -> f32;
 
-/// [`online_entropy`], each span's maximum read with `blocks.0` (as
+/// [`entropy`] without the maximum known beforehand: one pass over the row in spans
+/// ([`span_len`](crate::mass::span_len)), each span's maximum read first (`max_of`, as
+/// [`span_max_of`](crate::mass::span_max_of)), its sums computed against the running
+/// maximum (`sums`, as [`entropy`]) and the sums so far taken to a new maximum by
+/// [`Entropy::rebase`] when it rises. The loop is scalar; the engine passes the
+/// dispatched kernels.
+///
+/// With `blocks`, each span's maximum is read with `blocks.0` instead (as
 /// [`span_max_blocks_of`](crate::mass::span_max_blocks_of)), which also writes the
 /// largest entry of each whole block of the row into `blocks.1` (at least
 /// `row.len() / BLOCK` entries): the same maximum, sums and check.
@@ -251,7 +254,7 @@ pub(crate) fn online_entropy_blocks<T: Logit>(
     }
 }
 
-/// What [`online_entropy`] found.
+/// What [`online_entropy_blocks`] found.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OnlineEntropy {
     /// The maximum of the unmarked entries (`-inf` if none).
