@@ -26,13 +26,47 @@ fn key_order(a: &Key, b: &Key) -> std::cmp::Ordering {
 }
 
 /// The first key of `keys` (sorted here, in `(shifted, id)` order) at which `acc` plus
-/// the exact running sum of the weights reaches `target`; `None` when none does.
+/// the exact running sum of the weights reaches `target`; `None` when none does. The
+/// `f64` running sums decide where they keep clear of the target by their bound
+/// ([`fast_crossing`]); otherwise the exact sums.
 fn exact_crossing(keys: &mut [Key], mut acc: ExactSum, target: &ExactSum) -> Option<Key> {
     keys.sort_unstable_by(key_order);
+    if let Some(decided) = fast_crossing(keys, &acc, target) {
+        return decided;
+    }
     keys.iter().copied().find(|k| {
         acc.add(k.1);
         acc >= *target
     })
+}
+
+/// [`exact_crossing`]'s answer from `f64` sums, or `None` when they come within their
+/// bound of the target.
+///
+/// The weights are finite and non-negative, so the `f64` running sums `r_i` (from `acc`
+/// rounded once) never fall, and each lies within `(n + 1) 2^-53 R` of the exact one,
+/// `R` the last of them (`n` roundings of sums at most `R`, and `acc`'s own); `target`
+/// rounded to `t` is within `2^-53 t` of itself. With `err = (n + 4) 2^-52 max(R, t)`,
+/// which covers both, a sum below `t - err` is exactly below the target and one at or
+/// above `t + err` exactly at or above it: the first `r_i` at or above `t - err` decides
+/// the crossing when it also reaches `t + err` (every earlier one lies below), and
+/// none reaching `t - err` decides that no key does.
+fn fast_crossing(keys: &[Key], acc: &ExactSum, target: &ExactSum) -> Option<Option<Key>> {
+    let (t, start) = (target.to_f64(), acc.to_f64());
+    let last = keys.iter().fold(start, |r, k| r + k.1);
+    let err = (keys.len() as f64 + 4.0) * f64::EPSILON * last.max(t);
+    let (lo, hi) = (t - err, t + err);
+    if !(start < lo && last.is_finite()) {
+        return None;
+    }
+    let mut r = start;
+    for k in keys {
+        r += k.1;
+        if r >= lo {
+            return (r >= hi).then_some(Some(*k));
+        }
+    }
+    Some(None)
 }
 
 /// As [`exact_crossing`], in expected `O(n)`: quickselect on the keys, with the weight
@@ -328,5 +362,71 @@ impl Stage for TypicalP {
             l > f32::NEG_INFINITY && key_order(&(shifted(l), 0.0, id), &limit).is_le()
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The crossing of the exact running sums alone, on keys already in order.
+    fn plain_crossing(keys: &[Key], mut acc: ExactSum, target: &ExactSum) -> Option<Key> {
+        keys.iter().copied().find(|k| {
+            acc.add(k.1);
+            acc >= *target
+        })
+    }
+
+    proptest! {
+        /// [`exact_crossing`] (the `f64` sums where they decide) finds the key the exact
+        /// sums find, for targets placed on a running sum, a hair either side of one, and
+        /// anywhere, with tied and subnormal weights and a starting sum; and
+        /// [`fast_crossing`] decides a target halfway between two running sums.
+        #[test]
+        fn the_fast_crossing_is_the_exact_one(
+            weights in prop::collection::vec(prop_oneof![
+                4 => 0.0f64..1.0,
+                1 => Just(0.25f64),
+                1 => Just(0.0f64),
+                1 => Just(f64::from_bits(3)),
+                1 => 1e-300f64..1e-290,
+            ], 1..80),
+            start in prop_oneof![Just(0.0f64), 0.0f64..3.0],
+            at in any::<prop::sample::Index>(),
+            nudge in prop_oneof![Just(0i64), -3i64..4, Just(1i64 << 40)],
+            free in 0.0f64..60.0,
+        ) {
+            let mut keys: Vec<Key> = weights
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| ((i % 7) as f64, w, i as TokenId))
+                .collect();
+            keys.sort_unstable_by(key_order);
+            let acc = ExactSum::of([start]);
+            let sums: Vec<f64> = keys
+                .iter()
+                .scan(acc.clone(), |s, k| {
+                    s.add(k.1);
+                    Some(s.to_f64())
+                })
+                .collect();
+            let on = sums[at.index(sums.len())];
+            let nudged = f64::from_bits(on.to_bits().saturating_add_signed(nudge));
+            for x in [on, nudged, free] {
+                let target = ExactSum::of([x]);
+                let mut mine = keys.clone();
+                let got = exact_crossing(&mut mine, acc.clone(), &target);
+                prop_assert_eq!(got, plain_crossing(&keys, acc.clone(), &target), "{}", x);
+            }
+            // Halfway between two running sums that differ by more than the bound.
+            let i = at.index(sums.len());
+            let below = if i == 0 { start } else { sums[i - 1] };
+            if sums[i] - below > 1e-9 * sums[sums.len() - 1].max(1.0) {
+                let target = ExactSum::of([0.5 * (below + sums[i])]);
+                let fast = fast_crossing(&keys, &acc, &target);
+                prop_assert_eq!(fast, Some(Some(keys[i])));
+            }
+        }
     }
 }
