@@ -1097,7 +1097,8 @@ impl Engine {
     /// [`run_dyn_temp`](Self::run_dyn_temp)), and a bound on the row's mean distance
     /// below its maximum at temperature 1 (`s / z` of its entropy sums, `inf` when
     /// they do not bound it); `None` when the bounds cannot give them, or give a
-    /// temperature the `f32` weights do not hold at.
+    /// temperature the `f32` weights do not hold at. The entropy pass records the row's
+    /// block maxima in `scratch.block_max`, for the draws after it.
     fn dyn_temp_bracket<T: Logit>(
         &mut self,
         row: &[T],
