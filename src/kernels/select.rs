@@ -213,9 +213,7 @@ pub(crate) fn select_buffered<T: crate::element::Logit>(
         }
         keys.truncate(k);
     }
-    // Descending keys are the candidates in [`order`].
-    keys.sort_unstable_by(|a, b| b.cmp(a));
-    out.extend(keys.iter().map(|&key| unpack(key)));
+    extend_in_order(keys, out);
     Ok(())
 }
 
@@ -296,10 +294,15 @@ pub(crate) fn select_by_maxima<T: crate::element::Logit>(
     }
     keys.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
     keys.truncate(k);
-    // Descending keys are the candidates in [`order`].
+    extend_in_order(keys, out);
+    true
+}
+
+/// Sorts `keys` and appends them to `out` as candidates in [`order`]: descending keys
+/// are that order.
+fn extend_in_order(keys: &mut [u64], out: &mut Vec<(f32, TokenId)>) {
     keys.sort_unstable_by(|a, b| b.cmp(a));
     out.extend(keys.iter().map(|&key| unpack(key)));
-    true
 }
 
 /// The number of entries of `row` above `threshold` that `marks` (token `i` at bit
@@ -390,8 +393,7 @@ fn collect_above<T: crate::element::Logit, const MARKS: bool>(
 /// Sorts the `rest` of a [`select_buffered`] and appends it to the candidates it chose,
 /// which it continues: the candidates are then the best `out.len()` entries, in order.
 pub(crate) fn append_rest(rest: &mut Vec<u64>, out: &mut Vec<(f32, TokenId)>) {
-    rest.sort_unstable_by(|a, b| b.cmp(a));
-    out.extend(rest.iter().map(|&key| unpack(key)));
+    extend_in_order(rest, out);
     rest.clear();
 }
 
