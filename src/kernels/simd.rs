@@ -994,11 +994,11 @@ fn span_max_blocks_avx2<T: Logit>(
     mass::span_max_blocks_of(span, marks, check, maxima)
 }
 
-/// [`mass::span_max_blocks`] with AVX-512: per chunk of 16, one addition to the check
-/// sums and its entries with NaN (and for the unmarked maximum, the marked ones) set to
-/// `-inf`; per block, two trees of maxima over its four chunks (the maximum of its
-/// entries, and of its unmarked ones, which joins the span's), and one reduction across
-/// the lanes. `max(a, b)` is `a` only when `a > b`: in each lane, the tree and the join
+/// [`mass::span_max_blocks`] with AVX-512: per chunk of 16, its entries with NaN (and
+/// for the unmarked maximum, the marked ones) set to `-inf`; per block, its four chunks
+/// added in a tree and then to the check sums (as the portable code adds them), two
+/// trees of maxima over its four chunks (the maximum of its entries, and of its
+/// unmarked ones, which joins the span's), and one reduction across the lanes. `max(a, b)` is `a` only when `a > b`: in each lane, the tree and the join
 /// keep the first of equal values, as the portable code's running `>` does.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
@@ -1019,11 +1019,12 @@ fn span_max_blocks_avx512<T: Logit, const MARKS: bool>(
     for ((b, block), block_max) in blocks.enumerate().zip(maxima.iter_mut()) {
         let mut all = [ninf; 4];
         let mut unmarked = [ninf; 4];
+        let mut xs = [ninf; 4];
         for (c, chunk) in block.chunks_exact(LANES).enumerate() {
             let v = load(chunk);
             // SAFETY: `v` holds 16 `f32`.
             let x = unsafe { _mm512_loadu_ps(v.as_ptr()) };
-            acc = _mm512_add_ps(acc, x);
+            xs[c] = x;
             let number = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(x, x);
             all[c] = _mm512_mask_mov_ps(ninf, number, x);
             let free = !lane_marks_if::<MARKS>(marks, b * BLOCK + c * LANES) as u16;
@@ -1033,6 +1034,8 @@ fn span_max_blocks_avx512<T: Logit, const MARKS: bool>(
                 all[c]
             };
         }
+        let sums = _mm512_add_ps(_mm512_add_ps(xs[0], xs[1]), _mm512_add_ps(xs[2], xs[3]));
+        acc = _mm512_add_ps(acc, sums);
         let tree =
             |m: [__m512; 4]| _mm512_max_ps(_mm512_max_ps(m[3], m[2]), _mm512_max_ps(m[1], m[0]));
         top = _mm512_max_ps(tree(unmarked), top);
