@@ -1058,7 +1058,8 @@ pub(crate) fn collect_above(m: f32, offset: f64) -> f32 {
 /// collects against its running maximum's (a lower threshold), and a rise drops what no
 /// longer reaches the new one. Returns the [`Online`] result (`err` the whole bound), and
 /// whether `out` holds every such entry, in id order (false when there are more than
-/// `cap`, or when lower running thresholds took more than `4 cap` on the way).
+/// `cap`, or when lower running thresholds took more than `4 cap` on the way, after
+/// which `out` is left empty and the rest of the pass collects nothing).
 pub(crate) fn online_collect<T: Logit, M, W>(
     row: &[T],
     marks: Option<&[u32]>,
@@ -1088,18 +1089,26 @@ where
                 err = err * r + z * e + tiny;
             }
             max = top;
-            above = collect_above(max, offset);
-            out.retain(|c| c.0 >= above);
+            if all {
+                above = collect_above(max, offset);
+                out.retain(|c| c.0 >= above);
+            }
         }
         if max == f32::NEG_INFINITY {
             continue;
         }
         // (Early spans collect against a lower threshold: they may hold up to four
-        // times `cap` until a rise prunes them.)
+        // times `cap` until a rise prunes them. Beyond, the collection is given up: the
+        // rest of the pass weighs the spans against an infinite threshold, which notes
+        // no block, and prunes nothing.)
         let (zs, es) = (k.work)(span, mk, max, above, 4 * cap, s * len, out);
         z += zs;
         err += es + U64 * z;
-        all &= out.len() <= 4 * cap;
+        if all && out.len() > 4 * cap {
+            all = false;
+            above = f32::INFINITY;
+            out.clear();
+        }
     }
     all &= out.len() <= cap;
     let bad = check.iter().any(|&c| crate::adjust::not_finite_above(c));
@@ -1343,7 +1352,21 @@ mod tests {
         }
         if all {
             assert_eq!(out, want);
+        } else {
+            // Given up on the way (nothing kept), or more than `cap` at the end.
+            assert!(out.is_empty() || out.len() > cap);
         }
+        // The collection, given up or not, leaves the sums alone.
+        let mut every = Vec::new();
+        let k = SpanKernels {
+            max: span_max_of::<T>,
+            work: mass_collect_in::<T, FUSED>,
+        };
+        let (whole, all) = online_collect(row, marks, offset, usize::MAX / 8, &mut every, k);
+        let bits = |o: &Online| (o.max.to_bits(), o.z.to_bits(), o.err.to_bits(), o.bad);
+        assert_eq!(bits(&whole), bits(&on));
+        assert!(all);
+        assert_eq!(every, want);
     }
 
     /// A NaN or a `+inf` in any span, the first or a later one, in a whole block or in
