@@ -1468,8 +1468,9 @@ mod tests {
 
         /// The span maximum (portable, dispatched, and both copies that record the blocks'
         /// maxima) is a running `>` over each lane's unmarked entries, then over the
-        /// lanes, bit for bit (of `0.0` and `-0.0`, the first), NaN skipped; its check sums turn NaN or `+inf` exactly when
-        /// an entry is NaN or `+inf`, and every copy sums the same check bits.
+        /// lanes, bit for bit (of `0.0` and `-0.0`, the first), NaN skipped; its check
+        /// sums turn NaN or `+inf` exactly when an entry is NaN or `+inf`, and every copy
+        /// sums the same check bits.
         #[test]
         fn the_span_maximum_is_a_running_comparison(
             picks in proptest::collection::vec(0usize..1_000, 0..400),
