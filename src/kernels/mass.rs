@@ -31,8 +31,8 @@
 use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{
-    exp_neg, exp_neg_f32, exp_neg_f32_with, exp_shifted_fused, mul_add, Shift, F32_ABS_ERROR,
-    F32_REL_ERROR, SHIFTED_REL_ERROR,
+    exp_neg, exp_neg_f32, exp_neg_f32_lean, exp_neg_f32_with, exp_shifted_fused, mul_add, Shift,
+    F32_ABS_ERROR, F32_REL_ERROR, LEAN_ARG_ERROR, LEAN_REL_ERROR, SHIFTED_REL_ERROR,
 };
 use crate::mask::BITS;
 use crate::TokenId;
@@ -181,10 +181,11 @@ pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
 /// 2^-24` at most), then the `f64` ones.
 const SUM_ERROR: f64 = 3.01 * U32 + 1e-11;
 
-/// [`fast`], with the test of the marks compiled in or out; with `COLLECT` the blocks
-/// that hold an entry `>= above` (marked or not) noted for [`collect_noted`], one bit
-/// per block in `hit_words` (a word per group of [`GROUP_BLOCKS`], entries after the last
-/// whole block not noted); with `SPLIT` ([`fast_split_in`]) the mass of the entries `> hi` into
+/// [`fast`], with the test of the marks compiled in or out; with `COLLECT` the weights
+/// of [`exp_neg_f32_lean`] (its error in the bound), and the blocks that hold an entry
+/// `>= above` (marked or not) noted for [`collect_noted`], one bit per block in
+/// `hit_words` (a word per group of [`GROUP_BLOCKS`], entries after the last whole block
+/// not noted); with `SPLIT` ([`fast_split_in`]) the mass of the entries `> hi` into
 /// `parts[0]` and of those in `(lo, hi]` into `parts[1]`, each summed as the total is,
 /// and the terms of the bound into `parts[2]` (each weight's relative error) and
 /// `parts[3]` (the arguments' roundings, as a sum).
@@ -241,7 +242,13 @@ fn fast_with<
         // (A marked entry may lie above `max`: its weight is computed at 0, then dropped.)
         let x = if MARKS && x > 0.0 { 0.0 } else { x };
         let x = if x > -87.0 { x } else { -87.0 };
-        let w = exp_neg_f32_with::<FUSED>(x);
+        // (The collecting pass sums its weights against the bound alone: the leaner
+        // `exp`, whose error the bound below takes.)
+        let w = if COLLECT {
+            exp_neg_f32_lean::<FUSED>(x)
+        } else {
+            exp_neg_f32_with::<FUSED>(x)
+        };
         let w = if (MARKS && skip) || v > ceiling || (SPLIT && v < floor) {
             0.0
         } else {
@@ -330,6 +337,10 @@ fn fast_with<
     // sums; the argument's roundings through `dev`; the clamped tail.
     let (rel, dev) = match shift {
         Some(_) => (SHIFTED_REL_ERROR, 0.0),
+        None if COLLECT => (
+            LEAN_REL_ERROR,
+            1.01 * ((steps + 0.01) * U32 + LEAN_ARG_ERROR) * dev,
+        ),
         None => (F32_REL_ERROR, 1.01 * (steps + 0.01) * U32 * dev),
     };
     if SPLIT {
@@ -788,10 +799,13 @@ pub(crate) fn span_max_of<T: Logit>(
     }
 }
 
-/// [`fast`]'s mass of `row` at temperature 1 against `max` (summed piece by piece on a
-/// row longer than [`PIECE_GROUPS`] groups, each piece within `fast`'s bound), collecting
-/// after each piece's pass the unmarked entries `>= above` into `out` while it holds at
-/// most `cap` (their ids offset by `first`). With `FUSED`, as [`fast_in`].
+/// [`fast`]'s mass of `row` at temperature 1 against `max`, but with the weights of
+/// [`exp_neg_f32_lean`] (each within [`LEAN_REL_ERROR`]` + `[`LEAN_ARG_ERROR`]` |x|`,
+/// which the bound takes; the callers weigh the mass only against its bound), summed
+/// piece by piece on a row longer than [`PIECE_GROUPS`] groups, each piece within its
+/// bound; collecting after each piece's pass the unmarked entries `>= above` into `out`
+/// while it holds at most `cap` (their ids offset by `first`). With `FUSED`, as
+/// [`fast_in`].
 #[inline(always)]
 pub(crate) fn mass_collect_in<T: Logit, const FUSED: bool>(
     row: &[T],
@@ -1401,13 +1415,12 @@ mod tests {
     /// The collecting pass over several groups of blocks and a tail (longer than the
     /// spans of [`online_collect`] on a row of Qwen3's size), and over several pieces
     /// (a row of Qwen3's size in one call): every unmarked entry at or above the
-    /// threshold, in id order; within one piece the same mass as the pass that collects
-    /// nothing, over several within its bound of the exact mass; once more than `cap`
-    /// are held, a prefix of them longer than `cap`.
+    /// threshold, in id order; the same mass, bit for bit, as the pass that collects
+    /// nothing, within its bound of the exact mass; once more than `cap` are held, a
+    /// prefix of them longer than `cap`.
     #[test]
     fn the_collecting_pass_collects_across_groups_and_pieces() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
-        let piece = PIECE_GROUPS * GROUP_BLOCKS * BLOCK;
         for n in [3 * GROUP_BLOCKS * BLOCK + 5 * LANES + 7, 151_936] {
             let row = crate::test_rows::uniform_row(&mut x, n, 4.0, 97, 5);
             let marks: Vec<u32> = (0..n.div_ceil(32))
@@ -1416,6 +1429,9 @@ mod tests {
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             for marks in [None, Some(&marks[..])] {
                 let unmarked = |i: usize| !marks.is_some_and(|m| is_marked(m, i));
+                // (The same sums, bit for bit, whatever is collected.)
+                let inf = f32::INFINITY;
+                let bare = mass_collect(&row, marks, max, inf, 0, 9, &mut Vec::new());
                 for above in [max, max - 1.0, max - 3.0, f32::NEG_INFINITY] {
                     let want: Vec<(f32, TokenId)> = (0..n)
                         .filter(|&i| unmarked(i) && row[i] >= above)
@@ -1424,13 +1440,10 @@ mod tests {
                     for cap in [usize::MAX, want.len(), want.len() / 2, 0] {
                         let mut out = Vec::new();
                         let (z, err) = mass_collect(&row, marks, max, above, cap, 9, &mut out);
-                        if n <= piece {
-                            let (z0, err0) = fast(&row, marks, max, 1.0, f32::INFINITY);
-                            assert_eq!(
-                                (z.to_bits(), err.to_bits()),
-                                (z0.to_bits(), err0.to_bits())
-                            );
-                        }
+                        assert_eq!(
+                            (z.to_bits(), err.to_bits()),
+                            (bare.0.to_bits(), bare.1.to_bits())
+                        );
                         let exact = exact(&row, marks, max, 1.0, f32::INFINITY);
                         assert!((z - exact).abs() <= err, "{n}: {z} against {exact}, {err}");
                         if want.len() <= cap {

@@ -13,7 +13,9 @@
 
 use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
-use crate::exp::{exp_neg, exp_neg_f32_with, mul_add, F32_ABS_ERROR, F32_REL_ERROR, MIN_ARG};
+use crate::exp::{
+    exp_neg, exp_neg_f32_lean, mul_add, F32_ABS_ERROR, LEAN_ARG_ERROR, LEAN_REL_ERROR, MIN_ARG,
+};
 use crate::mask::BITS;
 
 /// `2^-24`, the unit roundoff of `f32`.
@@ -78,15 +80,16 @@ impl Entropy {
 /// # Error bound
 /// Per entry, with `x = l - max <= 0` exactly and `x' = fl(l - max) = x (1 + d)`,
 /// `|d| <= 2^-24`:
-/// - the weight `exp_neg_f32(x')` is within `F32_REL_ERROR + 2^-24 |x|` (relative) of
-///   `e^x`: the argument's rounding moves `e^x` by `e^{x d}`;
+/// - the weight [`exp_neg_f32_lean`]`(x')` is within
+///   `LEAN_REL_ERROR + (LEAN_ARG_ERROR + 2^-24) |x|` (relative) of `e^x`: the argument's
+///   rounding moves `e^x` by `e^{x d}`;
 /// - the entropy term `w' * -x'` adds the rounding of `x'` and of the product;
 /// - each lane sums four weights and four terms in `f32` (at most `3 * 2^-24` of their
 ///   sums) before they join the `f64` lane sums (below `1e-11` of the totals);
 /// - below `-87` the weight is `e^-87` (an absolute error of at most [`F32_ABS_ERROR`],
 ///   and `87` times that for its term), `-inf` entries included.
 ///
-/// The `2^-24 |x|` parts are bounded a posteriori by the sums of `w |x|` (that is, `s`)
+/// The parts proportional to `|x|` are bounded a posteriori by the sums of `w |x|` (that is, `s`)
 /// and `w x^2`, the latter summed in `f32` with a margin of 2% for its own rounding.
 ///
 /// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
@@ -283,7 +286,7 @@ fn entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
         // (A marked entry may lie above `max`: its weight is computed at 0, then dropped.)
         let x = if MARKS && x > 0.0 { 0.0 } else { x };
         let x = if x > -87.0 { x } else { -87.0 };
-        let w = exp_neg_f32_with::<FUSED>(x);
+        let w = exp_neg_f32_lean::<FUSED>(x);
         let w = if MARKS && skip { 0.0 } else { w };
         *z += w;
         // (`x <= 0`: the lanes sum `w x`, the negated terms, and the sums are negated
@@ -321,13 +324,13 @@ fn entropy_with<T: Logit, const MARKS: bool, const FUSED: bool>(
     let s: f64 = s.iter().sum();
     let x2: f64 = x2.iter().map(|&d| f64::from(d)).sum();
     let n = row.len() as f64;
+    // Per unit of `w |x|`: the argument's rounding and the `exp`'s own part.
+    let arg = 1.02 * (U32 + LEAN_ARG_ERROR);
     Entropy {
         z,
-        z_err: z * (F32_REL_ERROR + 3.01 * U32 + 1e-11) + 1.02 * U32 * s + n * F32_ABS_ERROR,
+        z_err: z * (LEAN_REL_ERROR + 3.01 * U32 + 1e-11) + arg * s + n * F32_ABS_ERROR,
         s,
-        s_err: s * (F32_REL_ERROR + 5.01 * U32 + 1e-11)
-            + 1.02 * U32 * x2
-            + n * 88.0 * F32_ABS_ERROR,
+        s_err: s * (LEAN_REL_ERROR + 5.01 * U32 + 1e-11) + arg * x2 + n * 88.0 * F32_ABS_ERROR,
     }
 }
 
