@@ -3,8 +3,8 @@
 //!
 //! Top-p compares a cumulative mass with `p * Z`, so it needs `Z` over the whole
 //! vocabulary, while the tokens it keeps are usually a few hundred. [`fast`] computes `Z`
-//! with the `f32` [`exp_neg_f32`](crate::exp::exp_neg_f32) on an `f32` argument, every
-//! lane independent, so the loop compiles to full-width SIMD; [`precise`] computes it
+//! with the `f32` [`exp_neg_f32_lean`] on an `f32` argument, every lane independent, so
+//! the loop compiles to full-width SIMD; [`precise`] computes it
 //! with the `f64` [`exp_neg`] for the rare step where a decision falls within the fast
 //! bound.
 //!
@@ -18,21 +18,27 @@
 //! - the argument is `fl(fl(l - max) * fl(1 / T))`: at most three roundings (one when
 //!   `T = 1`), so within `3.01 * 2^-24 * |x|` of `x`, which moves `e^x` by at most that
 //!   relative amount;
-//! - [`exp_neg_f32`](crate::exp::exp_neg_f32) adds a relative error of at most [`F32_REL_ERROR`];
+//! - [`exp_neg_f32_lean`] adds a relative error of at most
+//!   [`LEAN_REL_ERROR`]` + `[`LEAN_ARG_ERROR`]` |x|`;
 //! - below `-87` the weight is `e^-87` instead of something smaller: an absolute error
 //!   of at most [`F32_ABS_ERROR`] per entry (`-inf` entries included);
 //! - each lane sums four weights in `f32` (at most `3 * 2^-24` of their sum) before
 //!   adding them to `f64` sums, which add below `1e-11` of `Z`.
 //!
 //! The pass also sums `w * |x|` (in `f32`, with a margin of 1% for its own rounding), so
-//! the bound is a-posteriori and tight: tokens near the maximum, which carry the mass,
-//! have small `|x|`.
+//! the parts proportional to `|x|` are bounded a-posteriori and tightly: tokens near the
+//! maximum, which carry the mass, have small `|x|`.
+//!
+//! The mass is only ever weighed against its bound, so its weights need no more accuracy
+//! than the bound states: the lean `exp` takes seven fused multiply-adds per entry
+//! against ten for [`exp_neg_f32`], which the weights written
+//! for a caller ([`weights_into`]) keep.
 
 use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{
-    exp_neg, exp_neg_f32, exp_neg_f32_lean, exp_neg_f32_with, exp_shifted_fused, mul_add, Shift,
-    F32_ABS_ERROR, F32_REL_ERROR, LEAN_ARG_ERROR, LEAN_REL_ERROR, SHIFTED_REL_ERROR,
+    exp_neg, exp_neg_f32, exp_neg_f32_lean, exp_shifted_fused, mul_add, Shift, F32_ABS_ERROR,
+    LEAN_ARG_ERROR, LEAN_REL_ERROR, SHIFTED_REL_ERROR,
 };
 use crate::mask::BITS;
 use crate::TokenId;
@@ -61,7 +67,7 @@ pub(crate) fn fast<T: Logit>(
     fast_in::<T, false>(row, marks, max, t, ceiling)
 }
 
-/// [`fast`], and with `FUSED` its multiply-adds fused (see [`exp_neg_f32_with`]): for
+/// [`fast`], and with `FUSED` its multiply-adds fused (see [`exp_neg_f32_lean`]): for
 /// code compiled with the `fma` target feature. The fused `Z` may differ from [`fast`]'s
 /// in the last bits, within the same bound.
 #[inline(always)]
@@ -181,8 +187,8 @@ pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
 /// 2^-24` at most), then the `f64` ones.
 const SUM_ERROR: f64 = 3.01 * U32 + 1e-11;
 
-/// [`fast`], with the test of the marks compiled in or out; with `COLLECT` the weights
-/// of [`exp_neg_f32_lean`] (its error in the bound), and the blocks that hold an entry
+/// [`fast`], with the test of the marks compiled in or out; with `COLLECT` the blocks
+/// that hold an entry
 /// `>= above` (marked or not) noted for [`collect_noted`], one bit per block in
 /// `hit_words` (a word per group of [`GROUP_BLOCKS`], entries after the last whole block
 /// not noted); with `SPLIT` ([`fast_split_in`]) the mass of the entries `> hi` into
@@ -242,13 +248,9 @@ fn fast_with<
         // (A marked entry may lie above `max`: its weight is computed at 0, then dropped.)
         let x = if MARKS && x > 0.0 { 0.0 } else { x };
         let x = if x > -87.0 { x } else { -87.0 };
-        // (The collecting pass sums its weights against the bound alone: the leaner
-        // `exp`, whose error the bound below takes.)
-        let w = if COLLECT {
-            exp_neg_f32_lean::<FUSED>(x)
-        } else {
-            exp_neg_f32_with::<FUSED>(x)
-        };
+        // (The masses are weighed only against their bounds: the leaner `exp`, whose
+        // error the bound below takes.)
+        let w = exp_neg_f32_lean::<FUSED>(x);
         let w = if (MARKS && skip) || v > ceiling || (SPLIT && v < floor) {
             0.0
         } else {
@@ -337,11 +339,10 @@ fn fast_with<
     // sums; the argument's roundings through `dev`; the clamped tail.
     let (rel, dev) = match shift {
         Some(_) => (SHIFTED_REL_ERROR, 0.0),
-        None if COLLECT => (
+        None => (
             LEAN_REL_ERROR,
             1.01 * ((steps + 0.01) * U32 + LEAN_ARG_ERROR) * dev,
         ),
-        None => (F32_REL_ERROR, 1.01 * (steps + 0.01) * U32 * dev),
     };
     if SPLIT {
         let [above, inside] = split.map(|p| p.iter().sum());
@@ -430,12 +431,12 @@ fn precise_split_with<T: Logit, const MARKS: bool>(
 /// The bound on the relative error of each weight [`weights_with`] writes, for
 /// arguments above `-87`.
 #[cfg(test)]
-const WEIGHT_REL_ERROR: f64 = F32_REL_ERROR + 2.0 * U32;
+const WEIGHT_REL_ERROR: f64 = crate::exp::F32_REL_ERROR + 2.0 * U32;
 
 /// The largest rise `(top - at) / T` of a span's maximum `top` above the reference `at`
 /// that [`weights_with`]'s weights may take: each weight then at most `e^64` (about
 /// `6e27`, far from `f32`'s range in lane sums of four), and the `exp` within
-/// [`F32_REL_ERROR`] there too (see [`exp_neg_f32`](crate::exp::exp_neg_f32)).
+/// [`F32_REL_ERROR`](crate::exp::F32_REL_ERROR) there too (see [`exp_neg_f32`]).
 pub(crate) const RISE_MAX: f64 = 64.0;
 
 /// Writes into `out[i]` the weight `exp((l_i - at) / T)` of every unmarked finite entry
@@ -450,7 +451,7 @@ pub(crate) const RISE_MAX: f64 = 64.0;
 /// against the maximum returned.
 ///
 /// The argument is computed in `f64` (within `2^-52` of the exact one), rounded to `f32`
-/// for [`exp_neg_f32`](crate::exp::exp_neg_f32), and the rounding `c` is added back to
+/// for [`exp_neg_f32`], and the rounding `c` is added back to
 /// first order (`w + w c`, `|c| <= 2^-24 |x|`, so the neglected `c^2 / 2` is below
 /// `2^-48 |x|^2`): each weight within `F32_REL_ERROR + 2^-23` (relative) of the exact
 /// value for arguments above `-87`, and within [`F32_ABS_ERROR`] below. The sum adds
@@ -799,13 +800,10 @@ pub(crate) fn span_max_of<T: Logit>(
     }
 }
 
-/// [`fast`]'s mass of `row` at temperature 1 against `max`, but with the weights of
-/// [`exp_neg_f32_lean`] (each within [`LEAN_REL_ERROR`]` + `[`LEAN_ARG_ERROR`]` |x|`,
-/// which the bound takes; the callers weigh the mass only against its bound), summed
-/// piece by piece on a row longer than [`PIECE_GROUPS`] groups, each piece within its
-/// bound; collecting after each piece's pass the unmarked entries `>= above` into `out`
-/// while it holds at most `cap` (their ids offset by `first`). With `FUSED`, as
-/// [`fast_in`].
+/// [`fast`]'s mass of `row` at temperature 1 against `max` (summed piece by piece on a
+/// row longer than [`PIECE_GROUPS`] groups, each piece within `fast`'s bound), collecting
+/// after each piece's pass the unmarked entries `>= above` into `out` while it holds at
+/// most `cap` (their ids offset by `first`). With `FUSED`, as [`fast_in`].
 #[inline(always)]
 pub(crate) fn mass_collect_in<T: Logit, const FUSED: bool>(
     row: &[T],
