@@ -732,12 +732,13 @@ impl Engine {
     /// `out`, relative to the running maximum before its span, and sums them (see
     /// [`mass::online_weights_into`](crate::mass::online_weights_into) and
     /// [`mass::weights_into`](crate::mass::weights_into) for the bounds: each weight
-    /// within `F32_REL_ERROR + 2^-23` of the exact value, the sum within
-    /// `F32_REL_ERROR + 5.01 * 2^-24` and the rescales' `1.3e-10`); a second scales each
-    /// span by `exp((used - max) / T) / Z`, computed in `f64` and rounded once to `f32`;
-    /// the logprobs are `(l - max) / T - ln Z` in `f64`, rounded once. The probabilities
-    /// are within `1e-6` (relative) of the exact ones (the sum of the bounds is below
-    /// `6.3e-7`), or `2e-38` (absolute) for those below `e^-87`. The weights' multiply-adds
+    /// within `2.81e-7` of the exact value (`SHIFTED_REL_ERROR`, fused; `2.39e-7`
+    /// unfused), the sum within that and `3.01 * 2^-24` more (`4.7e-7`) and the
+    /// rescales' `1.3e-10`); a second scales each span by `exp((used - max) / T) / Z`,
+    /// computed in `f64` and rounded once to `f32`; the logprobs are
+    /// `(l - max) / T - ln Z` in `f64`, rounded once. The probabilities are within `1e-6`
+    /// (relative) of the exact ones (the sum of the bounds is below `8.2e-7`), or `2e-38`
+    /// (absolute) for those below `e^-87`. The weights' multiply-adds
     /// are fused on every CPU that has FMA, which all write the same values; an x86-64
     /// CPU without FMA writes them unfused, within the same bound
     /// ([`mass::weights_into_in`](crate::mass::weights_into_in)).
@@ -758,8 +759,8 @@ impl Engine {
 
     /// Writes the log-softmax of the raw row (no adjustment, no mask, no cut) into
     /// `out[id]`: `(l - max) - ln Z` in `f64`, rounded once, with `Z` the sum of the
-    /// one-pass weights (`mass::online_weights_into`: within `4.2e-7` of the exact sum,
-    /// relative, so `ln Z` within `4.2e-7`, absolute), as [`softmax_into`](Self::softmax_into).
+    /// one-pass weights (`mass::online_weights_into`: within `4.7e-7` of the exact sum,
+    /// relative, so `ln Z` within `4.7e-7`, absolute), as [`softmax_into`](Self::softmax_into).
     pub(crate) fn raw_logprobs<T: Logit>(
         &mut self,
         row: &[T],

@@ -520,7 +520,7 @@ macro_rules! sequence_methods {
             /// where its probability would round to 0. With nothing cut, and for raw
             /// logprobs, each is `(l - max) / T - ln Z` in `f64`, rounded once, with `Z`
             /// from the vectorised weights of [`probabilities`](Self::probabilities)
-            /// (`ln Z` within `4.2e-7`, absolute).
+            /// (`ln Z` within `4.7e-7`, absolute).
             ///
             /// # Errors
             /// As [`probabilities`](Self::probabilities); for
