@@ -277,26 +277,31 @@ mod tests {
         assert!(exp_neg(f64::NEG_INFINITY) < 4e-308);
     }
 
+    /// Calls `each(x, e)` with the relative error `e` of `exp(x)` against `f64`'s `exp`
+    /// for `x` from `top` down to -87 in steps of `1.234e-4`, then checks the ends: 1 at
+    /// 0, and at most [`F32_ABS_ERROR`] (but above 0) below -87 and at `-inf`.
+    fn for_each_error(exp: fn(f32) -> f32, top: f32, mut each: impl FnMut(f32, f64)) {
+        let mut x = top;
+        while x > MIN_ARG_F32 {
+            let exact = f64::from(x).exp();
+            each(x, ((f64::from(exp(x)) - exact) / exact).abs());
+            x -= 0.000_123_4;
+        }
+        assert_eq!(exp(0.0), 1.0);
+        let low = f64::from(exp(-1e4));
+        assert!(low > 0.0 && low <= F32_ABS_ERROR);
+        assert!(f64::from(exp(f32::NEG_INFINITY)) <= F32_ABS_ERROR);
+    }
+
     #[test]
     fn f32_relative_error_is_below_the_stated_bound() {
         // Unfused and fused (`f32::mul_add` is exact wherever it runs).
         for exp in [exp_neg_f32_with::<false>, exp_neg_f32_with::<true>] {
             let mut worst = 0.0f64;
             // Down to -87, and up to 64 (the one-pass weights' arguments above 0).
-            let mut x = 64.0f32;
-            while x > MIN_ARG_F32 {
-                let exact = f64::from(x).exp();
-                let err = ((f64::from(exp(x)) - exact) / exact).abs();
-                worst = worst.max(err);
-                x -= 0.000_123_4;
-            }
+            for_each_error(exp, 64.0, |_, e| worst = worst.max(e));
             assert!(worst < F32_REL_ERROR, "worst relative error {worst:e}");
-            assert_eq!(exp(0.0), 1.0);
         }
-        assert_eq!(exp_neg_f32(0.0), 1.0);
-        let low = f64::from(exp_neg_f32(-1e4));
-        assert!(low > 0.0 && low <= F32_ABS_ERROR);
-        assert!(f64::from(exp_neg_f32(f32::NEG_INFINITY)) <= F32_ABS_ERROR);
     }
 
     /// [`exp_neg_f32_lean`], unfused and fused, against `f64`'s `exp` over `[-87, 0]`,
@@ -306,20 +311,12 @@ mod tests {
     fn lean_exp_is_within_its_bound() {
         for exp in [exp_neg_f32_lean::<false>, exp_neg_f32_lean::<true>] {
             let mut worst = 0.0f64;
-            let mut x = 0.0f32;
-            while x > MIN_ARG_F32 {
-                let exact = f64::from(x).exp();
-                let err = ((f64::from(exp(x)) - exact) / exact).abs();
-                let allowed = LEAN_REL_ERROR + LEAN_ARG_ERROR * f64::from(x).abs();
-                assert!(err <= allowed, "{x}: relative error {err:e}");
-                worst = worst.max(err - LEAN_ARG_ERROR * f64::from(x).abs());
-                x -= 0.000_123_4;
-            }
+            for_each_error(exp, 0.0, |x, e| {
+                let part = LEAN_ARG_ERROR * f64::from(x).abs();
+                assert!(e <= LEAN_REL_ERROR + part, "{x}: relative error {e:e}");
+                worst = worst.max(e - part);
+            });
             assert!(worst > 0.7 * LEAN_REL_ERROR, "worst {worst:e}");
-            assert_eq!(exp(0.0), 1.0);
-            let low = f64::from(exp(-1e4));
-            assert!(low > 0.0 && low <= F32_ABS_ERROR);
-            assert!(f64::from(exp(f32::NEG_INFINITY)) <= F32_ABS_ERROR);
         }
     }
 
