@@ -23,6 +23,12 @@
 //! Every decision the sampler takes on such a sum (which bucket a cumulative mass
 //! reaches) can therefore differ from the `f64` reference only when the reference's own
 //! margin is below about `1e-13` of the total.
+//!
+//! [`exp_neg_f32_lean`] is a cheaper `f32` exponential (a degree-5 polynomial, seven
+//! fused multiply-adds against ten) for the passes whose sums are only compared with
+//! their bounds: its error, within [`LEAN_REL_ERROR`]` + `[`LEAN_ARG_ERROR`]` |x|`, is in
+//! theirs. The whole-row weights a caller reads ([`exp_shifted_fused`]) use its
+//! polynomial behind an exact reduction.
 
 /// `1.5 * 2^52`: adding it rounds an `f64` of magnitude `< 2^51` to an integer held in
 /// the low mantissa bits.
