@@ -4,9 +4,8 @@
 //! Top-p compares a cumulative mass with `p * Z`, so it needs `Z` over the whole
 //! vocabulary, while the tokens it keeps are usually a few hundred. [`fast`] computes `Z`
 //! with the `f32` [`exp_neg_f32_lean`] on an `f32` argument, every lane independent, so
-//! the loop compiles to full-width SIMD; [`precise`] computes it
-//! with the `f64` [`exp_neg`] for the rare step where a decision falls within the fast
-//! bound.
+//! the loop compiles to full-width SIMD; [`precise`] computes it with the `f64`
+//! [`exp_neg`] for the rare step where a decision falls within the fast bound.
 //!
 //! Both sum only the entries at or below a `ceiling`. Top-p weighs its candidates
 //! exactly already, so it asks for the mass below them: the fast bound, proportional to
@@ -31,8 +30,8 @@
 //!
 //! The mass is only ever weighed against its bound, so its weights need no more accuracy
 //! than the bound states: the lean `exp` takes seven fused multiply-adds per entry
-//! against ten for [`exp_neg_f32`], which the weights written
-//! for a caller ([`weights_into`]) keep.
+//! against ten for [`exp_neg_f32`], which the weights written for a caller
+//! ([`weights_into`]) keep.
 
 use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
@@ -188,10 +187,9 @@ pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
 const SUM_ERROR: f64 = 3.01 * U32 + 1e-11;
 
 /// [`fast`], with the test of the marks compiled in or out; with `COLLECT` the blocks
-/// that hold an entry
-/// `>= above` (marked or not) noted for [`collect_noted`], one bit per block in
-/// `hit_words` (a word per group of [`GROUP_BLOCKS`], entries after the last whole block
-/// not noted); with `SPLIT` ([`fast_split_in`]) the mass of the entries `> hi` into
+/// that hold an entry `>= above` (marked or not) noted for [`collect_noted`], one bit
+/// per block in `hit_words` (a word per group of [`GROUP_BLOCKS`], entries after the
+/// last whole block not noted); with `SPLIT` ([`fast_split_in`]) the mass of the entries `> hi` into
 /// `parts[0]` and of those in `(lo, hi]` into `parts[1]`, each summed as the total is,
 /// and the terms of the bound into `parts[2]` (each weight's relative error) and
 /// `parts[3]` (the arguments' roundings, as a sum).
@@ -452,10 +450,10 @@ pub(crate) const RISE_MAX: f64 = 64.0;
 /// against the maximum returned.
 ///
 /// The argument is computed in `f64` (within `2^-52` of the exact one), rounded to `f32`
-/// for [`exp_neg_f32`], and the rounding `c` is added back to
-/// first order (`w + w c`, `|c| <= 2^-24 |x|`, so the neglected `c^2 / 2` is below
-/// `2^-48 |x|^2`): each weight within `F32_REL_ERROR + 2^-23` (relative) of the exact
-/// value for arguments above `-87`, and within [`F32_ABS_ERROR`] below. The sum adds
+/// for [`exp_neg_f32`], and the rounding `c` is added back to first order (`w + w c`,
+/// `|c| <= 2^-24 |x|`, so the neglected `c^2 / 2` is below `2^-48 |x|^2`): each weight
+/// within `F32_REL_ERROR + 2^-23` (relative) of the exact value for arguments above
+/// `-87`, and within [`F32_ABS_ERROR`] below. The sum adds
 /// `3 * 2^-24` of itself for the `f32` sums and `1e-11` for the `f64` ones.
 ///
 /// With the marks' test compiled in or out, and at `UNIT` (`t == 1`) the argument in

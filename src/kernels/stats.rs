@@ -89,8 +89,9 @@ impl Entropy {
 /// - below `-87` the weight is `e^-87` (an absolute error of at most [`F32_ABS_ERROR`],
 ///   and `87` times that for its term), `-inf` entries included.
 ///
-/// The parts proportional to `|x|` are bounded a posteriori by the sums of `w |x|` (that is, `s`)
-/// and `w x^2`, the latter summed in `f32` with a margin of 2% for its own rounding.
+/// The parts proportional to `|x|` are bounded a posteriori by the sums of `w |x|` (that
+/// is, `s`) and `w x^2`, the latter summed in `f32` with a margin of 2% for its own
+/// rounding.
 ///
 /// The row must hold no NaN or `+inf` (checked beforehand). Always inlined, so that
 /// [`simd::row_entropy`](crate::simd::row_entropy) can compile it for wider vectors
