@@ -253,6 +253,12 @@ pub(crate) fn exp_shifted_fused<const UNIT: bool>(l: f32, d: f32, s: &Shift) -> 
     scale_poly_lean::<true>(n.mul_add(LN2_LO_F32, r) - s.a_lo, t)
 }
 
+/// Whether the portable code fuses the multiply-adds of the `f32` passes (the weights,
+/// the row's mass, the histogram): on targets where `f32::mul_add` is one instruction
+/// (AArch64, or x86-64 compiled with `fma`). Elsewhere it would be a library call, many
+/// times slower than the unfused operations.
+pub(crate) const PORTABLE_FUSED: bool = cfg!(any(target_arch = "aarch64", target_feature = "fma"));
+
 /// `a * b + c`, in one rounding when `FUSED`.
 #[inline(always)]
 pub(crate) fn mul_add<const FUSED: bool>(a: f32, b: f32, c: f32) -> f32 {

@@ -37,7 +37,7 @@ use crate::adjust::{is_marked, lane_marks_if, load, BLOCK, LANES};
 use crate::element::Logit;
 use crate::exp::{
     exp_neg, exp_neg_f32, exp_neg_f32_lean, exp_shifted_fused, mul_add, Shift, F32_ABS_ERROR,
-    LEAN_ARG_ERROR, LEAN_REL_ERROR, SHIFTED_REL_ERROR,
+    LEAN_ARG_ERROR, LEAN_REL_ERROR, PORTABLE_FUSED, SHIFTED_REL_ERROR,
 };
 use crate::mask::BITS;
 use crate::TokenId;
@@ -738,11 +738,6 @@ pub(crate) struct Online {
     pub(crate) err: f64,
     pub(crate) bad: bool,
 }
-
-/// Whether the portable code fuses the multiply-adds of [`weights_into`]: on targets
-/// where `f32::mul_add` is one instruction (AArch64, or x86-64 compiled with `fma`).
-/// Elsewhere it would be a library call, many times slower than the unfused operations.
-pub(crate) const PORTABLE_FUSED: bool = cfg!(any(target_arch = "aarch64", target_feature = "fma"));
 
 /// [`weights_with`] for the whole of `row` (see there for the bound), on the portable
 /// code: fused as [`PORTABLE_FUSED`] says.

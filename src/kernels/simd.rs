@@ -31,11 +31,13 @@
 //!
 //! The whole-row weights of [`weights_into`] fuse their multiply-adds on every level
 //! that can: the wide copies, and the portable code where `f32::mul_add` is one
-//! instruction ([`mass::PORTABLE_FUSED`]): with the fused products the argument needs
-//! no two-sum ([`exp::exp_shifted_fused`](crate::exp::exp_shifted_fused)), and the
-//! pass runs about 30% faster than unfused (BENCHMARKS.md). Every CPU with FMA writes
-//! the same weights, which the test below checks against the portable code compiled
-//! fused; an x86-64 CPU without FMA writes them unfused, within the same bound.
+//! instruction ([`exp::PORTABLE_FUSED`](crate::exp::PORTABLE_FUSED)): with the fused
+//! products the argument needs no two-sum
+//! ([`exp::exp_shifted_fused`](crate::exp::exp_shifted_fused)), and the pass runs about
+//! 30% faster than unfused (BENCHMARKS.md). Every CPU with FMA writes the same weights,
+//! which the test below checks against the portable code compiled fused; an x86-64 CPU
+//! without FMA writes them unfused, within the same bound. The histogram's fast masses
+//! ([`build`]) fuse theirs the same way, and are checked the same way.
 //!
 //! One pass is written by hand for each width instead: [`block_masks`], which turns a
 //! comparison of 16 entries into 16 bits. Compiled from the portable code, the bits are
@@ -193,7 +195,7 @@ macro_rules! dispatch {
 
 dispatch!(
     /// [`histogram::build`], on the widest vectors the CPU has.
-    build, build_avx2, build_avx512, histogram::build,
+    build, build_avx2, build_avx512, histogram::build, histogram::build_in::<T, true>,
     fn<T>(row: &[T], overlay: &Overlay, f: Frame, limit: usize, precise: bool,
           count: &mut [u32], mass: &mut [f64], second: Option<(Frame, &mut [f64])>) -> ()
 );
@@ -1588,11 +1590,13 @@ mod tests {
                 for limit in [histogram::LAST, 40] {
                     let (mut c1, mut m1) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
                     let mut d1 = vec![0f64; 2 * SLOTS];
-                    histogram::build(&row, ov, f, limit, precise, &mut c1, &mut m1, None);
+                    // (The wide copies fuse the fast weights' multiply-adds.)
+                    let build = histogram::build_in::<f32, true>;
+                    build(&row, ov, f, limit, precise, &mut c1, &mut m1, None);
                     let mut e1 = vec![0u32; SLOTS];
                     let mut n1 = vec![0f64; SLOTS];
                     let second = Some((g, &mut d1[..]));
-                    histogram::build(&row, ov, f, limit, precise, &mut e1, &mut n1, second);
+                    build(&row, ov, f, limit, precise, &mut e1, &mut n1, second);
                     // The second masses leave the first pass's counts and masses as they were.
                     assert_eq!(c1, e1);
                     assert_eq!(bits(&m1), bits(&n1));
