@@ -774,10 +774,10 @@ impl Engine {
             });
         }
         let row = adjust::check_input(self.vocab_size, row, mask)?;
-        // The maximum and `Z` from the one-pass weights (written into `out`, then
-        // overwritten), as for the processed logprobs.
+        // The maximum and `Z` from the one-pass weights (summed, not written), as for
+        // the processed logprobs.
         let mut used = [0.0f32; crate::mass::SPANS];
-        let on = crate::simd::online_weights_into(row, None, 1.0, out, &mut used);
+        let on = crate::simd::online_mass(row, None, 1.0, out, &mut used);
         if on.bad {
             adjust::first_non_finite_of(row)?;
         }
@@ -3381,9 +3381,14 @@ fn softmax_in<T: Logit>(
     log: bool,
 ) -> Result<(), Error> {
     // One pass finds the maximum of the unmarked entries while it writes their weights
-    // (each span's against the running maximum, `used`), and checks the row.
+    // (each span's against the running maximum, `used`), and checks the row. The
+    // logprobs need only the sum: the same pass without the writes.
     let mut used = [0.0f32; crate::mass::SPANS];
-    let on = crate::simd::online_weights_into(row, ov.marked(), t, out, &mut used);
+    let on = if log {
+        crate::simd::online_mass(row, ov.marked(), t, out, &mut used)
+    } else {
+        crate::simd::online_weights_into(row, ov.marked(), t, out, &mut used)
+    };
     if on.bad {
         adjust::first_non_finite_of(row)?;
     }

@@ -467,8 +467,18 @@ pub(crate) const RISE_MAX: f64 = 64.0;
 /// [`F32_ABS_ERROR`]). Six operations per entry fewer than the two-sum and the
 /// correction: a whole row's probabilities (151,936 entries, AVX-512) took 48 us against
 /// 54, and two multiply-adds fewer for the polynomial about 10% less again.
+///
+/// Without `WRITE`, nothing is written to `out`: the same sum and maximum, bit for bit,
+/// for a caller that needs only the mass ([`weights_sum_in`]).
 #[inline(always)]
-fn weights_with<T: Logit, const MARKS: bool, const UNIT: bool, const FUSED: bool>(
+#[allow(clippy::too_many_arguments)]
+fn weights_with<
+    T: Logit,
+    const MARKS: bool,
+    const UNIT: bool,
+    const FUSED: bool,
+    const WRITE: bool,
+>(
     row: &[T],
     marks: &[u32],
     (at32, shift): (f32, Option<Shift>),
@@ -535,7 +545,9 @@ fn weights_with<T: Logit, const MARKS: bool, const UNIT: bool, const FUSED: bool
                 let take = !(MARKS && skip) & (v[j] > top[j]);
                 top[j] = if take { v[j] } else { top[j] };
                 let w = weight(v[j], skip);
-                o[j] = w;
+                if WRITE {
+                    o[j] = w;
+                }
                 zb[j] += w;
             }
         }
@@ -552,7 +564,9 @@ fn weights_with<T: Logit, const MARKS: bool, const UNIT: bool, const FUSED: bool
             top[lane] = v;
         }
         let w = weight(v, skip);
-        *o = w;
+        if WRITE {
+            *o = w;
+        }
         z[lane] += f64::from(w);
     }
     let top = top
@@ -770,14 +784,58 @@ pub(crate) fn weights_into_in<T: Logit, const FUSED: bool>(
 ) -> (f64, f32) {
     // (Fused where `at / T` is small enough for `Shift`; otherwise, as everywhere, the
     // unfused weights.)
+    weights_in::<T, FUSED, true>(row, marks, at, t, out, check)
+}
+
+/// [`weights_into_in`] without the writes (`out` is left as it was): the same sum and
+/// maximum, bit for bit. The logprobs need only the mass `Z`; the weights they do not
+/// read are not stored. Always inlined, so that
+/// [`simd::weights_sum`](crate::simd::weights_sum) can compile it for wider vectors.
+#[inline(always)]
+pub(crate) fn weights_sum_in<T: Logit, const FUSED: bool>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    at: f32,
+    t: f32,
+    out: &mut [f32],
+    check: &mut [f32; LANES],
+) -> (f64, f32) {
+    weights_in::<T, FUSED, false>(row, marks, at, t, out, check)
+}
+
+/// [`weights_sum_in`] on the portable code, fused as [`PORTABLE_FUSED`] says.
+#[inline(always)]
+pub(crate) fn weights_sum<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    at: f32,
+    t: f32,
+    out: &mut [f32],
+    check: &mut [f32; LANES],
+) -> (f64, f32) {
+    weights_sum_in::<T, PORTABLE_FUSED>(row, marks, at, t, out, check)
+}
+
+/// [`weights_with`] with the marks' test and the unit temperature chosen at run time.
+#[inline(always)]
+fn weights_in<T: Logit, const FUSED: bool, const WRITE: bool>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    at: f32,
+    t: f32,
+    out: &mut [f32],
+    check: &mut [f32; LANES],
+) -> (f64, f32) {
+    // (Fused where `at / T` is small enough for `Shift`; otherwise, as everywhere, the
+    // unfused weights.)
     let (r, o, c) = (row, out, check);
     let shift = if FUSED { Shift::new(at, t) } else { None };
     let at = (at, shift);
     match (marks, t == 1.0) {
-        (None, true) => weights_with::<T, false, true, FUSED>(r, &[], at, t, o, c),
-        (None, false) => weights_with::<T, false, false, FUSED>(r, &[], at, t, o, c),
-        (Some(m), true) => weights_with::<T, true, true, FUSED>(r, m, at, t, o, c),
-        (Some(m), false) => weights_with::<T, true, false, FUSED>(r, m, at, t, o, c),
+        (None, true) => weights_with::<T, false, true, FUSED, WRITE>(r, &[], at, t, o, c),
+        (None, false) => weights_with::<T, false, false, FUSED, WRITE>(r, &[], at, t, o, c),
+        (Some(m), true) => weights_with::<T, true, true, FUSED, WRITE>(r, m, at, t, o, c),
+        (Some(m), false) => weights_with::<T, true, false, FUSED, WRITE>(r, m, at, t, o, c),
     }
 }
 

@@ -890,6 +890,31 @@ pub(crate) fn online_weights_into<T: Logit>(
     mass::online_weights_into(row, marks, t, out, used, k)
 }
 
+dispatch!(
+    /// [`mass::weights_sum`], on the widest vectors the CPU has (fused as [`weights_into`]).
+    weights_sum, weights_sum_avx2, weights_sum_avx512, mass::weights_sum,
+    mass::weights_sum_in::<T, true>,
+    fn<T>(row: &[T], marks: Option<&[u32]>, at: f32, t: f32, out: &mut [f32],
+          check: &mut [f32; LANES]) -> (f64, f32)
+);
+
+/// [`online_weights_into`] without the writes: the same maximum, sum and bound, bit for
+/// bit, and `used`, with `out` written only where a span has no unmarked finite entry
+/// (zeroed). For the logprobs, which need only `Z`.
+pub(crate) fn online_mass<T: Logit>(
+    row: &[T],
+    marks: Option<&[u32]>,
+    t: f32,
+    out: &mut [f32],
+    used: &mut [f32; mass::SPANS],
+) -> mass::Online {
+    let k = mass::SpanKernels {
+        max: span_max::<T>,
+        work: weights_sum::<T>,
+    };
+    mass::online_weights_into(row, marks, t, out, used, k)
+}
+
 /// [`mass::online_collect`] with each span on the widest vectors the CPU has.
 pub(crate) fn online_collect<T: Logit>(
     row: &[T],
@@ -1107,9 +1132,10 @@ mod tests {
             &mut Vec<(f32, TokenId)>,
         ) -> (f64, f64);
         type Sums = fn(&[f32], Option<&[u32]>, f32) -> stats::Entropy;
-        let portable: (Max, Weights, Collect, Sums) = (
+        let portable: (Max, Weights, Weights, Collect, Sums) = (
             mass::span_max_of,
             mass::weights_into_in::<f32, true>,
+            mass::weights_sum_in::<f32, true>,
             mass::mass_collect,
             stats::entropy,
         );
@@ -1119,6 +1145,7 @@ mod tests {
             levels.push((
                 |s, m, c| unsafe { span_max_avx2(s, m, c) },
                 |s, m, x, t, o, c| unsafe { weights_into_avx2(s, m, x, t, o, c) },
+                |s, m, x, t, o, c| unsafe { weights_sum_avx2(s, m, x, t, o, c) },
                 |s, m, x, a, c, f, o| unsafe { mass_collect_avx2(s, m, x, a, c, f, o) },
                 |s, m, x| unsafe { row_entropy_avx2(s, m, x) },
             ));
@@ -1127,6 +1154,7 @@ mod tests {
             levels.push((
                 |s, m, c| unsafe { span_max_avx512(s, m, c) },
                 |s, m, x, t, o, c| unsafe { weights_into_avx512(s, m, x, t, o, c) },
+                |s, m, x, t, o, c| unsafe { weights_sum_avx512(s, m, x, t, o, c) },
                 |s, m, x, a, c, f, o| unsafe { mass_collect_avx512(s, m, x, a, c, f, o) },
                 |s, m, x| unsafe { row_entropy_avx512(s, m, x) },
             ));
@@ -1138,10 +1166,18 @@ mod tests {
                 .collect();
             for marks in [None, Some(&marks[..])] {
                 let mut first = None;
-                for &(max, work, collect, sums) in &levels {
+                for &(max, work, sum, collect, sums) in &levels {
                     let (mut o, mut u) = (vec![0.0f32; n], [0.0f32; mass::SPANS]);
                     let k = mass::SpanKernels { max, work };
                     let a = mass::online_weights_into(row, marks, t, &mut o, &mut u, k);
+                    // The pass without the writes: the same maximum, sum, bound and
+                    // references, and nothing written over a finite span.
+                    let (mut o2, mut u2) = (vec![7.0f32; n], [0.0f32; mass::SPANS]);
+                    let k = mass::SpanKernels { max, work: sum };
+                    let m = mass::online_weights_into(row, marks, t, &mut o2, &mut u2, k);
+                    let same = (m.max, m.z.to_bits(), m.err.to_bits(), m.bad, u2);
+                    assert_eq!(same, (a.max, a.z.to_bits(), a.err.to_bits(), a.bad, u));
+                    assert!(o2.iter().all(|&w| w == 7.0));
                     let mut c = Vec::new();
                     let k = mass::SpanKernels { max, work: collect };
                     let (b, all) = mass::online_collect(row, marks, -8.1, 4096, &mut c, k);
