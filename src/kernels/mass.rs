@@ -85,12 +85,18 @@ pub(crate) fn fast_in<T: Logit, const FUSED: bool>(
     let none = (0.0, &mut [][..]);
     let no_split = ((0.0, 0.0, f32::NEG_INFINITY), &mut [0.0; 4]);
     match marks {
-        None => {
-            fast_with::<T, false, FUSED, false, false>(row, &[], max, t, ceiling, none, no_split)
-        }
-        Some(marks) => {
-            fast_with::<T, true, FUSED, false, false>(row, marks, max, t, ceiling, none, no_split)
-        }
+        None => fast_with::<T, false, FUSED, false, false, false>(
+            row,
+            &[],
+            max,
+            t,
+            ceiling,
+            none,
+            no_split,
+        ),
+        Some(marks) => fast_with::<T, true, FUSED, false, false, false>(
+            row, marks, max, t, ceiling, none, no_split,
+        ),
     }
 }
 
@@ -161,16 +167,23 @@ pub(crate) fn fast_split_in<T: Logit, const FUSED: bool>(
     let inf = f32::INFINITY;
     let none = (0.0, &mut [][..]);
     let mut parts = [0.0; 4];
-    let total = match marks {
-        None => {
-            let split = ((window.0, window.1, floor), &mut parts);
-            fast_with::<T, false, FUSED, false, true>(row, &[], max, t, inf, none, split).0
+    let split = ((window.0, window.1, floor), &mut parts);
+    // (Without a floor, no comparison with it.)
+    let total = match (marks, floor > f32::NEG_INFINITY) {
+        (None, false) => {
+            fast_with::<T, false, FUSED, false, true, false>(row, &[], max, t, inf, none, split)
         }
-        Some(m) => {
-            let split = ((window.0, window.1, floor), &mut parts);
-            fast_with::<T, true, FUSED, false, true>(row, m, max, t, inf, none, split).0
+        (None, true) => {
+            fast_with::<T, false, FUSED, false, true, true>(row, &[], max, t, inf, none, split)
         }
-    };
+        (Some(m), false) => {
+            fast_with::<T, true, FUSED, false, true, false>(row, m, max, t, inf, none, split)
+        }
+        (Some(m), true) => {
+            fast_with::<T, true, FUSED, false, true, true>(row, m, max, t, inf, none, split)
+        }
+    }
+    .0;
     let [above, window, rel, dev] = parts;
     Split {
         total,
@@ -192,7 +205,8 @@ const SUM_ERROR: f64 = 3.01 * U32 + 1e-11;
 /// last whole block not noted); with `SPLIT` ([`fast_split_in`]) the mass of the entries `> hi` into
 /// `parts[0]` and of those in `(lo, hi]` into `parts[1]`, each summed as the total is,
 /// and the terms of the bound into `parts[2]` (each weight's relative error) and
-/// `parts[3]` (the arguments' roundings, as a sum).
+/// `parts[3]` (the arguments' roundings, as a sum); with `FLOOR` too, the entries
+/// below `floor` weigh nothing (without it, `floor` is `-inf`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn fast_with<
@@ -201,6 +215,7 @@ fn fast_with<
     const FUSED: bool,
     const COLLECT: bool,
     const SPLIT: bool,
+    const FLOOR: bool,
 >(
     row: &[T],
     marks: &[u32],
@@ -234,7 +249,7 @@ fn fast_with<
             let d = v - max;
             let w = exp_shifted_fused::<false>(v, d, s);
             // (The split sums the row above its floor: no ceiling.)
-            let w = if !(MARKS && skip) && d > least && v >= floor {
+            let w = if !(MARKS && skip) && d > least && (!FLOOR || v >= floor) {
                 w
             } else {
                 0.0
@@ -249,7 +264,7 @@ fn fast_with<
         // (The masses are weighed only against their bounds: the leaner `exp`, whose
         // error the bound below takes.)
         let w = exp_neg_f32_lean::<FUSED>(x);
-        let w = if (MARKS && skip) || v > ceiling || (SPLIT && v < floor) {
+        let w = if (MARKS && skip) || v > ceiling || (FLOOR && v < floor) {
             0.0
         } else {
             w
@@ -259,11 +274,14 @@ fn fast_with<
         *dev = mul_add::<FUSED>(w, x, *dev);
         w
     };
-    // The parts of a weight `w` of the value `v`: above `hi`, and in `(lo, hi]`.
-    let part = |v: f32, w: f32| {
+    // A weight `w` of the value `v` added to the parts: above `hi`, and in `(lo, hi]`.
+    // (Each sum taken or left as a whole, not added a zero: the same bits, since no sum
+    // is `-0`, and one masked add per part where the vectors have them.)
+    let part = |v: f32, w: f32, ab: &mut f32, ib: &mut f32| {
         let a = v > hi;
         let inside = v > lo && !a;
-        (if a { w } else { 0.0 }, if inside { w } else { 0.0 })
+        *ab = if a { *ab + w } else { *ab };
+        *ib = if inside { *ib + w } else { *ib };
     };
     let blocks = row.len() / BLOCK;
     let rem = &row[blocks * BLOCK..];
@@ -288,9 +306,7 @@ fn fast_with<
                 for j in 0..LANES {
                     let w = weight(v[j], m & BITS[j] != 0, &mut zb[j], &mut dev[j]);
                     if SPLIT {
-                        let (a, i) = part(v[j], w);
-                        ab[j] += a;
-                        ib[j] += i;
+                        part(v[j], w, &mut ab[j], &mut ib[j]);
                     }
                 }
                 if COLLECT {
@@ -326,7 +342,8 @@ fn fast_with<
         let w = weight(v, skip, &mut zj, &mut dev[j % LANES]);
         z[j % LANES] += f64::from(zj);
         if SPLIT {
-            let (a, i) = part(v, w);
+            let (mut a, mut i) = (0.0, 0.0);
+            part(v, w, &mut a, &mut i);
             split[0][j % LANES] += f64::from(a);
             split[1][j % LANES] += f64::from(i);
         }
@@ -878,7 +895,7 @@ pub(crate) fn mass_collect_in<T: Logit, const FUSED: bool>(
         let start = p * PIECE_GROUPS * GROUP_BLOCKS * BLOCK;
         let marks = span_marks(marks, start);
         let (zp, ep) = match marks {
-            None => fast_with::<T, false, FUSED, true, false>(
+            None => fast_with::<T, false, FUSED, true, false, false>(
                 piece,
                 &[],
                 max,
@@ -887,9 +904,9 @@ pub(crate) fn mass_collect_in<T: Logit, const FUSED: bool>(
                 collect,
                 no_split,
             ),
-            Some(m) => {
-                fast_with::<T, true, FUSED, true, false>(piece, m, max, 1.0, inf, collect, no_split)
-            }
+            Some(m) => fast_with::<T, true, FUSED, true, false, false>(
+                piece, m, max, 1.0, inf, collect, no_split,
+            ),
         };
         z += zp;
         err += ep;
