@@ -777,7 +777,7 @@ impl Engine {
         // The maximum and `Z` from the one-pass weights (summed, not written), as for
         // the processed logprobs.
         let mut used = [0.0f32; crate::mass::SPANS];
-        let on = crate::simd::online_mass(row, None, 1.0, out, &mut used);
+        let on = crate::simd::online_weights_into::<_, false>(row, None, 1.0, out, &mut used);
         if on.bad {
             adjust::first_non_finite_of(row)?;
         }
@@ -3385,9 +3385,9 @@ fn softmax_in<T: Logit>(
     // logprobs need only the sum: the same pass without the writes.
     let mut used = [0.0f32; crate::mass::SPANS];
     let on = if log {
-        crate::simd::online_mass(row, ov.marked(), t, out, &mut used)
+        crate::simd::online_weights_into::<_, false>(row, ov.marked(), t, out, &mut used)
     } else {
-        crate::simd::online_weights_into(row, ov.marked(), t, out, &mut used)
+        crate::simd::online_weights_into::<_, true>(row, ov.marked(), t, out, &mut used)
     };
     if on.bad {
         adjust::first_non_finite_of(row)?;

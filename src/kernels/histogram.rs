@@ -205,8 +205,12 @@ pub(crate) fn error_bound_at(b: usize, count: u32, mass: f64, g: Frame, scale: f
 ///
 /// `precise` selects the weights: the `f64` [`exp_neg`] (relative error `4e-15`), or the
 /// `f32` [`exp_neg_f32_lean`] ([`lean_weight`]) with the per-bucket error of
-/// [`error_bound`], its multiply-adds fused as [`PORTABLE_FUSED`](crate::exp::PORTABLE_FUSED)
-/// says ([`build_in`] on the wider vectors fuses them).
+/// [`error_bound`], its multiply-adds fused when `FUSED` (code compiled with the `fma`
+/// target feature, or where [`PORTABLE_FUSED`](crate::exp::PORTABLE_FUSED) holds; the
+/// bound is the same either way).
+///
+/// Always inlined, so that [`simd::build`](crate::simd::build) can compile it for wider
+/// vectors.
 ///
 /// With `second = Some((g, mass2))`, the same pass also fills `mass2[..SLOTS]` with each
 /// bucket's weight in frame `g` (the same maximum, another temperature; `mass2` has
@@ -216,26 +220,7 @@ pub(crate) fn error_bound_at(b: usize, count: u32, mass: f64, g: Frame, scale: f
 /// last.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn build<T: Logit>(
-    row: &[T],
-    overlay: &Overlay,
-    f: Frame,
-    limit: usize,
-    precise: bool,
-    count: &mut [u32],
-    mass: &mut [f64],
-    second: Option<(Frame, &mut [f64])>,
-) {
-    const FUSED: bool = crate::exp::PORTABLE_FUSED;
-    build_in::<T, FUSED>(row, overlay, f, limit, precise, count, mass, second);
-}
-
-/// [`build`] with the fast weights' multiply-adds fused when `FUSED` (code compiled
-/// with the `fma` target feature; the bound is the same either way). Always inlined, so
-/// that [`simd::build`](crate::simd::build) can compile it for wider vectors.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn build_in<T: Logit, const FUSED: bool>(
+pub(crate) fn build<T: Logit, const FUSED: bool>(
     row: &[T],
     overlay: &Overlay,
     f: Frame,
@@ -857,6 +842,7 @@ pub(crate) fn count_bucket(count: &[u32], n: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exp::PORTABLE_FUSED;
 
     /// A test row (`-inf` at every 89th entry) and its frame at temperature `t`.
     fn framed(x: &mut u64, n: usize, scale: f32, t: f32) -> (Vec<f32>, Frame) {
@@ -883,8 +869,8 @@ mod tests {
             let ov = Overlay::new(n);
             let (mut c1, mut m1) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
             let (mut c2, mut m2) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
-            build(&row, &ov, f, LAST, false, &mut c1, &mut m1, None);
-            build(&row, &ov, f, LAST, true, &mut c2, &mut m2, None);
+            build::<_, PORTABLE_FUSED>(&row, &ov, f, LAST, false, &mut c1, &mut m1, None);
+            build::<_, PORTABLE_FUSED>(&row, &ov, f, LAST, true, &mut c2, &mut m2, None);
             assert_eq!(c1, c2);
             for b in 0..BUCKETS {
                 let bound = error_bound(b, c1[b], m1[b], f);
@@ -929,7 +915,7 @@ mod tests {
                 (vec![0u32; SLOTS], vec![0f64; SLOTS], vec![0f64; 2 * SLOTS]);
             let (mut c2, mut m2, mut d2) =
                 (vec![0u32; SLOTS], vec![0f64; SLOTS], vec![0f64; 2 * SLOTS]);
-            build(
+            build::<_, PORTABLE_FUSED>(
                 &row,
                 &ov,
                 f,
@@ -939,7 +925,7 @@ mod tests {
                 &mut m1,
                 Some((g, &mut d1)),
             );
-            build(
+            build::<_, PORTABLE_FUSED>(
                 &row,
                 &ov,
                 f,
@@ -1027,7 +1013,7 @@ mod tests {
         for (ov, is_marked) in [(Overlay::new(n), false), (marked, true)] {
             for limit in [LAST, 300, 40, 0] {
                 let (mut count, mut mass) = (vec![7u32; SLOTS], vec![7.0f64; SLOTS]);
-                build(&row, &ov, f, limit, false, &mut count, &mut mass, None);
+                build::<_, PORTABLE_FUSED>(&row, &ov, f, limit, false, &mut count, &mut mass, None);
                 assert!(count[BUCKETS..].iter().all(|&c| c == 0), "limit {limit}");
                 assert!(mass[BUCKETS..].iter().all(|&m| m == 0.0), "limit {limit}");
                 let mut naive = vec![0u32; BUCKETS];

@@ -486,7 +486,7 @@ pub(crate) const RISE_MAX: f64 = 64.0;
 /// 54, and two multiply-adds fewer for the polynomial about 10% less again.
 ///
 /// Without `WRITE`, nothing is written to `out`: the same sum and maximum, bit for bit,
-/// for a caller that needs only the mass ([`weights_sum_in`]).
+/// for a caller that needs only the mass.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn weights_with<
@@ -781,61 +781,19 @@ pub(crate) fn weights_into<T: Logit>(
     out: &mut [f32],
     check: &mut [f32; LANES],
 ) -> (f64, f32) {
-    weights_into_in::<T, PORTABLE_FUSED>(row, marks, at, t, out, check)
+    weights_into_in::<T, PORTABLE_FUSED, true>(row, marks, at, t, out, check)
 }
 
 /// [`weights_with`] for the whole of `row`, with [`exp_shifted_fused`]'s fused
 /// multiply-adds when `FUSED` (for code compiled with the `fma` target feature, or where
 /// [`PORTABLE_FUSED`] holds) and `|at / T| < 2^13`, else unfused. Fused or not, the
 /// bound is the same; the fused weights are the same bits on every CPU that fuses.
-/// Always inlined, so that [`simd::weights_into`](crate::simd::weights_into) can
-/// compile it for wider vectors.
-#[inline(always)]
-pub(crate) fn weights_into_in<T: Logit, const FUSED: bool>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    at: f32,
-    t: f32,
-    out: &mut [f32],
-    check: &mut [f32; LANES],
-) -> (f64, f32) {
-    // (Fused where `at / T` is small enough for `Shift`; otherwise, as everywhere, the
-    // unfused weights.)
-    weights_in::<T, FUSED, true>(row, marks, at, t, out, check)
-}
-
-/// [`weights_into_in`] without the writes (`out` is left as it was): the same sum and
-/// maximum, bit for bit. The logprobs need only the mass `Z`; the weights they do not
-/// read are not stored. Always inlined, so that
+/// Without `WRITE`, nothing is written to `out`: the same sum and maximum, bit for bit,
+/// for the logprobs, which need only the mass `Z`. Always inlined, so that
+/// [`simd::weights_into`](crate::simd::weights_into) and
 /// [`simd::weights_sum`](crate::simd::weights_sum) can compile it for wider vectors.
 #[inline(always)]
-pub(crate) fn weights_sum_in<T: Logit, const FUSED: bool>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    at: f32,
-    t: f32,
-    out: &mut [f32],
-    check: &mut [f32; LANES],
-) -> (f64, f32) {
-    weights_in::<T, FUSED, false>(row, marks, at, t, out, check)
-}
-
-/// [`weights_sum_in`] on the portable code, fused as [`PORTABLE_FUSED`] says.
-#[inline(always)]
-pub(crate) fn weights_sum<T: Logit>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    at: f32,
-    t: f32,
-    out: &mut [f32],
-    check: &mut [f32; LANES],
-) -> (f64, f32) {
-    weights_sum_in::<T, PORTABLE_FUSED>(row, marks, at, t, out, check)
-}
-
-/// [`weights_with`] with the marks' test and the unit temperature chosen at run time.
-#[inline(always)]
-fn weights_in<T: Logit, const FUSED: bool, const WRITE: bool>(
+pub(crate) fn weights_into_in<T: Logit, const FUSED: bool, const WRITE: bool>(
     row: &[T],
     marks: Option<&[u32]>,
     at: f32,
@@ -1238,7 +1196,7 @@ mod tests {
     ) -> Online {
         let k = SpanKernels {
             max: span_max_of::<T>,
-            work: weights_into_in::<T, FUSED>,
+            work: weights_into_in::<T, FUSED, true>,
         };
         online_weights_into(row, marks, t, out, used, k)
     }

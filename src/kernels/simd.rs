@@ -195,7 +195,8 @@ macro_rules! dispatch {
 
 dispatch!(
     /// [`histogram::build`], on the widest vectors the CPU has.
-    build, build_avx2, build_avx512, histogram::build, histogram::build_in::<T, true>,
+    build, build_avx2, build_avx512,
+    histogram::build::<T, { crate::exp::PORTABLE_FUSED }>, histogram::build::<T, true>,
     fn<T>(row: &[T], overlay: &Overlay, f: Frame, limit: usize, precise: bool,
           count: &mut [u32], mass: &mut [f64], second: Option<(Frame, &mut [f64])>) -> ()
 );
@@ -827,7 +828,7 @@ dispatch!(
     /// [`mass::weights_into`], on the widest vectors the CPU has (fused multiply-adds in
     /// the wide copies, as on every CPU that has them: see [`mass::weights_into_in`]).
     weights_into, weights_into_avx2, weights_into_avx512, mass::weights_into,
-    mass::weights_into_in::<T, true>,
+    mass::weights_into_in::<T, true, true>,
     fn<T>(row: &[T], marks: Option<&[u32]>, at: f32, t: f32, out: &mut [f32],
           check: &mut [f32; LANES]) -> (f64, f32)
 );
@@ -874,34 +875,22 @@ dispatch!(
     fn<T>(row: &[T], marks: Option<&[u32]>, max: f32, t: f32, ln_z: f64, out: &mut [f32]) -> ()
 );
 
-/// [`mass::online_weights_into`] with each span on the widest vectors the CPU has (the
-/// weights fused on every level that can fuse: see [`weights_into`]).
-pub(crate) fn online_weights_into<T: Logit>(
-    row: &[T],
-    marks: Option<&[u32]>,
-    t: f32,
-    out: &mut [f32],
-    used: &mut [f32; mass::SPANS],
-) -> mass::Online {
-    let k = mass::SpanKernels {
-        max: span_max::<T>,
-        work: weights_into::<T>,
-    };
-    mass::online_weights_into(row, marks, t, out, used, k)
-}
-
 dispatch!(
-    /// [`mass::weights_sum`], on the widest vectors the CPU has (fused as [`weights_into`]).
-    weights_sum, weights_sum_avx2, weights_sum_avx512, mass::weights_sum,
-    mass::weights_sum_in::<T, true>,
+    /// [`mass::weights_into_in`] without the writes, on the widest vectors the CPU has
+    /// (fused as [`weights_into`]).
+    weights_sum, weights_sum_avx2, weights_sum_avx512,
+    mass::weights_into_in::<T, { crate::exp::PORTABLE_FUSED }, false>,
+    mass::weights_into_in::<T, true, false>,
     fn<T>(row: &[T], marks: Option<&[u32]>, at: f32, t: f32, out: &mut [f32],
           check: &mut [f32; LANES]) -> (f64, f32)
 );
 
-/// [`online_weights_into`] without the writes: the same maximum, sum and bound, bit for
-/// bit, and `used`, with `out` written only where a span has no unmarked finite entry
-/// (zeroed). For the logprobs, which need only `Z`.
-pub(crate) fn online_mass<T: Logit>(
+/// [`mass::online_weights_into`] with each span on the widest vectors the CPU has (the
+/// weights fused on every level that can fuse: see [`weights_into`]). Without `WRITE`,
+/// the same pass with nothing stored ([`weights_sum`]): the same maximum, sum, bound and
+/// `used`, bit for bit, with `out` written only where a span has no unmarked finite
+/// entry (zeroed); for the logprobs, which need only `Z`.
+pub(crate) fn online_weights_into<T: Logit, const WRITE: bool>(
     row: &[T],
     marks: Option<&[u32]>,
     t: f32,
@@ -910,7 +899,11 @@ pub(crate) fn online_mass<T: Logit>(
 ) -> mass::Online {
     let k = mass::SpanKernels {
         max: span_max::<T>,
-        work: weights_sum::<T>,
+        work: if WRITE {
+            weights_into::<T>
+        } else {
+            weights_sum::<T>
+        },
     };
     mass::online_weights_into(row, marks, t, out, used, k)
 }
@@ -1134,8 +1127,8 @@ mod tests {
         type Sums = fn(&[f32], Option<&[u32]>, f32) -> stats::Entropy;
         let portable: (Max, Weights, Weights, Collect, Sums) = (
             mass::span_max_of,
-            mass::weights_into_in::<f32, true>,
-            mass::weights_sum_in::<f32, true>,
+            mass::weights_into_in::<f32, true, true>,
+            mass::weights_into_in::<f32, true, false>,
             mass::mass_collect,
             stats::entropy,
         );
@@ -1627,7 +1620,7 @@ mod tests {
                     let (mut c1, mut m1) = (vec![0u32; SLOTS], vec![0f64; SLOTS]);
                     let mut d1 = vec![0f64; 2 * SLOTS];
                     // (The wide copies fuse the fast weights' multiply-adds.)
-                    let build = histogram::build_in::<f32, true>;
+                    let build = histogram::build::<f32, true>;
                     build(&row, ov, f, limit, precise, &mut c1, &mut m1, None);
                     let mut e1 = vec![0u32; SLOTS];
                     let mut n1 = vec![0f64; SLOTS];
