@@ -488,7 +488,6 @@ pub(crate) const RISE_MAX: f64 = 64.0;
 /// Without `WRITE`, nothing is written to `out`: the same sum and maximum, bit for bit,
 /// for a caller that needs only the mass.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn weights_with<
     T: Logit,
     const MARKS: bool,
