@@ -75,34 +75,23 @@ const MIN_ARG_F32: f32 = -87.0;
 /// polynomial and its rounding: an exhaustive check of every `f32` in `[-87, 0]` against
 /// `f64::exp` found at most `8.31e-8`; the test below samples the range), and for
 /// arguments in `(0, 64]`, which the one-pass weights may take
-/// ([`RISE_MAX`](crate::mass::RISE_MAX)): the same check found at most `8.20e-8`
-/// (`8.42e-8` fused).
+/// ([`RISE_MAX`](crate::mass::RISE_MAX)): the same check found at most `8.20e-8`.
 pub(crate) const F32_REL_ERROR: f64 = 1.2e-7;
 /// Bound on the absolute error of [`exp_neg_f32`] below `-87`, where it returns `e^-87`.
 pub(crate) const F32_ABS_ERROR: f64 = 1.7e-38;
 
 /// `e^x` for `x <= 0` in `f32`, 4 to 8 lanes per instruction once vectorised: Cody-Waite
-/// reduction and the degree-7 polynomial of Cephes' `expf`. Relative error at most
-/// [`F32_REL_ERROR`] on `[-87, 0]`; below, the result is `e^-87`.
+/// reduction and the degree-7 polynomial of Cephes' `expf`, unfused (the same bits on
+/// every CPU). Relative error at most [`F32_REL_ERROR`] on `[-87, 0]`; below, the
+/// result is `e^-87`.
 #[inline(always)]
 pub(crate) fn exp_neg_f32(x: f32) -> f32 {
-    exp_neg_f32_with::<false>(x)
-}
-
-/// [`exp_neg_f32`] with every `a * b + c` of the reduction and the polynomial fused into
-/// one rounding when `FUSED`. Only for code compiled with the `fma` target feature (in
-/// [`simd`](crate::simd)): elsewhere `f32::mul_add` is a library call. The result may
-/// differ from [`exp_neg_f32`] in the last bits; the same exhaustive check of every `f32`
-/// in `[-87, 0]` found at most `8.53e-8` (against `8.31e-8` unfused), within
-/// [`F32_REL_ERROR`].
-#[inline(always)]
-pub(crate) fn exp_neg_f32_with<const FUSED: bool>(x: f32) -> f32 {
     let x = if x > MIN_ARG_F32 { x } else { MIN_ARG_F32 };
-    let t = mul_add::<FUSED>(x, std::f32::consts::LOG2_E, ROUND_F32);
+    let t = x * std::f32::consts::LOG2_E + ROUND_F32;
     let k = t - ROUND_F32;
     // `x - k ln 2`, with `ln 2` in two parts (the first exact in 9 bits).
-    let r = mul_add::<FUSED>(k, LN2_LO_F32, mul_add::<FUSED>(k, -LN2_HI_F32, x));
-    scale_poly::<FUSED>(r, t)
+    let r = k * LN2_LO_F32 + (k * -LN2_HI_F32 + x);
+    scale_poly(r, t)
 }
 
 /// Bound on the relative error of [`exp_neg_f32_lean`] for arguments `x` in `[-87, 0]`,
@@ -116,7 +105,7 @@ pub(crate) const LEAN_REL_ERROR: f64 = 2.2e-7;
 /// (the half in [`LEAN_REL_ERROR`]).
 pub(crate) const LEAN_ARG_ERROR: f64 = 2.75e-9;
 
-/// `e^x` for `x <= 0` with fewer operations than [`exp_neg_f32_with`], for passes that
+/// `e^x` for `x <= 0` with fewer operations than [`exp_neg_f32`], for passes that
 /// only sum weights against a bound: the reduction in one fused multiply-add with `ln 2`
 /// rounded to `f32` where `FUSED` (Cody-Waite's two parts otherwise), and a degree-5
 /// polynomial `1 + r + r^2 q(r)` (`q` a minimax cubic, relative error `1.05e-7` on
@@ -163,15 +152,15 @@ const LN2_LO_F32: f32 = 2.121_944_4e-4;
 /// `k log2(e) + 1.5 * 2^23` whose low bits hold `k`: Cephes' polynomial, then `k` added
 /// to the exponent.
 #[inline(always)]
-fn scale_poly<const FUSED: bool>(r: f32, t: f32) -> f32 {
+fn scale_poly(r: f32, t: f32) -> f32 {
     let mut p = 1.987_569_1e-4f32;
-    p = mul_add::<FUSED>(p, r, 1.398_199_9e-3);
-    p = mul_add::<FUSED>(p, r, 8.333_452e-3);
-    p = mul_add::<FUSED>(p, r, 4.166_579_6e-2);
-    p = mul_add::<FUSED>(p, r, 1.666_666_5e-1);
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
     // (Cephes' coefficient 5.0000001201e-1 rounds to 0.5 in f32.)
-    p = mul_add::<FUSED>(p, r, 0.5);
-    p = mul_add::<FUSED>(p * r, r, r) + 1.0;
+    p = p * r + 0.5;
+    p = (p * r) * r + r + 1.0;
     let ki = t.to_bits().wrapping_sub(ROUND_F32.to_bits());
     f32::from_bits(p.to_bits().wrapping_add(ki << 23))
 }
@@ -307,13 +296,10 @@ mod tests {
 
     #[test]
     fn f32_relative_error_is_below_the_stated_bound() {
-        // Unfused and fused (`f32::mul_add` is exact wherever it runs).
-        for exp in [exp_neg_f32_with::<false>, exp_neg_f32_with::<true>] {
-            let mut worst = 0.0f64;
-            // Down to -87, and up to 64 (the one-pass weights' arguments above 0).
-            for_each_error(exp, 64.0, |_, e| worst = worst.max(e));
-            assert!(worst < F32_REL_ERROR, "worst relative error {worst:e}");
-        }
+        let mut worst = 0.0f64;
+        // Down to -87, and up to 64 (the one-pass weights' arguments above 0).
+        for_each_error(exp_neg_f32, 64.0, |_, e| worst = worst.max(e));
+        assert!(worst < F32_REL_ERROR, "worst relative error {worst:e}");
     }
 
     /// [`exp_neg_f32_lean`], unfused and fused, against `f64`'s `exp` over `[-87, 0]`,
