@@ -2359,7 +2359,9 @@ impl Engine {
                 let err = if precise {
                     0.0
                 } else {
+                    // (An empty bucket before the last one adds nothing.)
                     (0..lo)
+                        .filter(|&b| s.hist_count[b] > 0)
                         .map(|b| {
                             let (count, mass) = (s.hist_count[b], s.hist_mass[b]);
                             histogram::second_error_bound(b, count, mass, frame, g)
@@ -2416,9 +2418,7 @@ impl Engine {
                 let err = if precise {
                     0.0
                 } else {
-                    (0..k)
-                        .map(|b| histogram::error_bound(b, s.hist_count[b], s.hist_mass[b], f))
-                        .sum()
+                    histogram::error_bound_sum(0..k, &s.hist_count, &s.hist_mass, f)
                 };
                 let total = cum_before + s.weight.iter().sum::<f64>();
                 Some(Survivors::Hist {
@@ -2857,9 +2857,7 @@ impl Engine {
             if precise {
                 return 0.0;
             }
-            range
-                .map(|b| histogram::error_bound(b, s.hist_count[b], s.hist_mass[b], f))
-                .sum()
+            histogram::error_bound_sum(range, &s.hist_count, &s.hist_mass, f)
         };
         if top_p >= 1.0 && ln_min.is_none() {
             return Ok(Some(Survivors::Hist {
@@ -2906,7 +2904,11 @@ impl Engine {
         let lo = lo_p.min(b_m_lo);
         let hi = b_k.max(b_p.min(b_m_hi));
         let err_before = err_of(0..lo);
-        let err_total = if top_p < 1.0 { err_of(0..BUCKETS) } else { 0.0 };
+        let err_total = if top_p < 1.0 {
+            err_before + err_of(lo..BUCKETS)
+        } else {
+            0.0
+        };
         crate::simd::collect(adj, ov, f, lo, hi, usize::MAX, &mut s.cand, &mut s.keys);
         fill_weights(&s.cand, max, t, &mut s.weight);
         let before: usize = s.hist_count[..lo].iter().map(|&c| c as usize).sum();

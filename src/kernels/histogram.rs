@@ -170,8 +170,23 @@ pub(crate) fn bucket_of(s: f64) -> usize {
 /// (`|e / T| <= 2^-24 |x|`, `|x| <= 87`). The last bucket's weights are below `e^-63`
 /// each (and `e^-87` for those clamped there). (The same bound holds, with room, for
 /// [`fast_weight`]'s Cephes weights.)
+#[inline]
 pub(crate) fn error_bound(b: usize, count: u32, mass: f64, f: Frame) -> f64 {
     error_bound_at(b, count, mass, f, 1.0)
+}
+
+/// The sum of [`error_bound`] over the buckets `range` of a fast [`build`]'s `count` and
+/// `mass`: an empty bucket's bound is 0, so only the others are computed.
+pub(crate) fn error_bound_sum(
+    range: std::ops::Range<usize>,
+    count: &[u32],
+    mass: &[f64],
+    f: Frame,
+) -> f64 {
+    range
+        .filter(|&b| count[b] > 0)
+        .map(|b| error_bound(b, count[b], mass[b], f))
+        .sum()
 }
 
 /// [`error_bound`] for the second masses of a [`build`] whose buckets are those of a
@@ -182,6 +197,7 @@ pub(crate) fn error_bound(b: usize, count: u32, mass: f64, f: Frame) -> f64 {
 /// bucket of slack in `b + 1` is far above the keys' `f32` roundings.) In the last
 /// bucket a weight in `g` is only bounded when `scale >= 1`; otherwise the bound is
 /// infinite, and every decision that needs it is taken with the precise weights.
+#[inline]
 pub(crate) fn error_bound_at(b: usize, count: u32, mass: f64, g: Frame, scale: f64) -> f64 {
     if b == LAST {
         if scale >= 1.0 {
@@ -234,8 +250,16 @@ pub(crate) fn build<T: Logit, const FUSED: bool>(
     if precise {
         build_by(row, overlay, f, limit, hist, second, precise_weight, false);
     } else {
-        let weight = |f: Frame, l: f32| f64::from(lean_weight::<FUSED>(f, l));
-        build_by(row, overlay, f, limit, hist, second, weight, true);
+        build_by(
+            row,
+            overlay,
+            f,
+            limit,
+            hist,
+            second,
+            lean_weight::<FUSED>,
+            true,
+        );
     }
 }
 
@@ -244,7 +268,7 @@ pub(crate) fn build<T: Logit, const FUSED: bool>(
 /// the second frame ([`second_error_bound`] bounds either).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn build_by<T: Logit, W: Fn(Frame, f32) -> f64 + Copy>(
+fn build_by<T: Logit, X: Weight, W: Fn(Frame, f32) -> X + Copy>(
     row: &[T],
     overlay: &Overlay,
     f: Frame,
@@ -272,13 +296,37 @@ fn build_by<T: Logit, W: Fn(Frame, f32) -> f64 + Copy>(
     }
 }
 
+/// A token's weight as a pass computes it: `f32` in a fast build, `f64` in a precise one.
+/// The pass keeps a vector's weights in their own type (so that a fast build's exps run
+/// on full `f32` vectors) and widens each to `f64` as it adds it to its bucket.
+trait Weight: Copy + Default {
+    /// The weight in `f64` (exact: every `f32` is an `f64`).
+    fn to_f64(self) -> f64;
+}
+
+impl Weight for f32 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Weight for f64 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
 /// How a [`build`] weighs each token for the second masses.
 trait Second: Copy {
     /// Whether there are second masses at all.
     const ON: bool;
+    /// The type of a second weight.
+    type W: Weight;
     /// What token `l` of bucket `k` (in the key frame `f`) adds to its bucket's second
     /// sum.
-    fn weight(&self, f: Frame, l: f32, k: u32) -> f64;
+    fn weight(&self, f: Frame, l: f32, k: u32) -> Self::W;
     /// Turns the buckets' sums into their masses, in `mass2[..BUCKETS]`.
     fn finish(&self, _mass2: &mut [f64]) {}
 }
@@ -289,8 +337,9 @@ struct NoSecond;
 
 impl Second for NoSecond {
     const ON: bool = false;
+    type W = f32;
     #[inline(always)]
-    fn weight(&self, _: Frame, _: f32, _: u32) -> f64 {
+    fn weight(&self, _: Frame, _: f32, _: u32) -> f32 {
         0.0
     }
 }
@@ -302,10 +351,11 @@ struct Weighed<W> {
     weight: W,
 }
 
-impl<W: Fn(Frame, f32) -> f64 + Copy> Second for Weighed<W> {
+impl<X: Weight, W: Fn(Frame, f32) -> X + Copy> Second for Weighed<W> {
     const ON: bool = true;
+    type W = X;
     #[inline(always)]
-    fn weight(&self, _: Frame, l: f32, _: u32) -> f64 {
+    fn weight(&self, _: Frame, l: f32, _: u32) -> X {
         (self.weight)(self.g, l)
     }
 }
@@ -356,10 +406,11 @@ impl Polynomial {
 
 impl Second for Polynomial {
     const ON: bool = true;
+    type W = f32;
     #[inline(always)]
-    fn weight(&self, f: Frame, l: f32, k: u32) -> f64 {
+    fn weight(&self, f: Frame, l: f32, k: u32) -> f32 {
         let delta = f.s32(l) + k as f32 * (1.0 / PER_NAT);
-        f64::from(exp_small(delta * self.r32))
+        exp_small(delta * self.r32)
     }
 
     fn finish(&self, mass2: &mut [f64]) {
@@ -396,6 +447,7 @@ fn ratio(f: Frame, g: Frame) -> f64 {
 /// argument and that of `l - max`, which these weights do not add back), `|s| <= (b + 1)
 /// / 64`, scaled by `r`; `r` in `f32`, the factors' `b` products and the `f64` sums add
 /// less than `1e-9 r + 4.3e-15 (b + 1) + 1.2e-16 count`. Infinite in the last bucket.
+#[inline]
 pub(crate) fn second_error_bound(b: usize, count: u32, mass: f64, f: Frame, g: Frame) -> f64 {
     // (Rounded up, so that the bounds scale at least as the true ratio.)
     let scale = ratio(f, g) * (1.0 + 1e-12);
@@ -466,14 +518,14 @@ pub(crate) fn fast_weight(f: Frame, l: f32) -> f32 {
 /// without the second masses.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn build_with<T: Logit, S: Second>(
+fn build_with<T: Logit, X: Weight, S: Second>(
     row: &[T],
     overlay: &Overlay,
     f: Frame,
     limit: usize,
     (count, mass): (&mut [u32], &mut [f64]),
     mass2: &mut [f64],
-    weight: impl Fn(Frame, f32) -> f64,
+    weight: impl Fn(Frame, f32) -> X,
     second: S,
 ) {
     let count: &mut [u32; SLOTS] = count.try_into().expect("histogram size");
@@ -490,8 +542,8 @@ fn build_with<T: Logit, S: Second>(
     };
     let w = (&weight, &second);
     match overlay.marked() {
-        None => scatter::<T, false, S>(row, &[], f, limit, count, mass, pairs, w),
-        Some(marks) => scatter::<T, true, S>(row, marks, f, limit, count, mass, pairs, w),
+        None => scatter::<T, false, X, S>(row, &[], f, limit, count, mass, pairs, w),
+        Some(marks) => scatter::<T, true, X, S>(row, marks, f, limit, count, mass, pairs, w),
     }
     if S::ON {
         // (Entry `b` of `mass2` is written after pair `b / 2 <= b` was read.)
@@ -512,9 +564,9 @@ fn build_with<T: Logit, S: Second>(
         let k = key(l, f);
         if k <= lim {
             count[k as usize] += 1;
-            mass[k as usize] += weight(f, l);
+            mass[k as usize] += weight(f, l).to_f64();
             if S::ON {
-                mass2[k as usize] += second.weight(f, l, k);
+                mass2[k as usize] += second.weight(f, l, k).to_f64();
             }
         }
     }
@@ -528,7 +580,7 @@ fn build_with<T: Logit, S: Second>(
 /// weights go to `pairs` instead (of length [`SLOTS`]), with the second one beside each.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn scatter<T: Logit, const MARKS: bool, S: Second>(
+fn scatter<T: Logit, const MARKS: bool, X: Weight, S: Second>(
     row: &[T],
     marks: &[u32],
     f: Frame,
@@ -536,7 +588,7 @@ fn scatter<T: Logit, const MARKS: bool, S: Second>(
     count: &mut [u32; SLOTS],
     mass: &mut [f64; SLOTS],
     pairs: &mut [[f64; 2]],
-    (weight, second): (&impl Fn(Frame, f32) -> f64, &S),
+    (weight, second): (&impl Fn(Frame, f32) -> X, &S),
 ) {
     assert!(!S::ON || pairs.len() == SLOTS, "histogram size");
     let lim = limit as u32;
@@ -549,17 +601,15 @@ fn scatter<T: Logit, const MARKS: bool, S: Second>(
         for (ci, c) in block.chunks_exact(LANES).enumerate() {
             let v = load(c);
             let m = lane_marks_if::<MARKS>(marks, b * BLOCK + ci * LANES);
-            let mut w = [0.0f64; LANES];
-            // (With `S::ON`, both weights of a token side by side, as the pair they are
-            // added to.)
-            let mut wp = [[0.0f64; 2]; LANES];
+            // (The weights in their own type, widened to `f64` one by one below.)
+            let mut w = [X::default(); LANES];
+            let mut w2 = [S::W::default(); LANES];
             let mut k = [0u32; LANES];
             for j in 0..LANES {
                 let kj = key(v[j], f);
+                w[j] = weight(f, v[j]);
                 if S::ON {
-                    wp[j] = [weight(f, v[j]), second.weight(f, v[j], kj)];
-                } else {
-                    w[j] = weight(f, v[j]);
+                    w2[j] = second.weight(f, v[j], kj);
                 }
                 // Tokens outside the histogram, and marked ones, go to their lane's
                 // spare slot past the last bucket, so the scatter below needs no branch
@@ -574,10 +624,10 @@ fn scatter<T: Logit, const MARKS: bool, S: Second>(
                 count[b] += 1;
                 if S::ON {
                     let p = &mut pairs[b];
-                    p[0] += wp[j][0];
-                    p[1] += wp[j][1];
+                    p[0] += w[j].to_f64();
+                    p[1] += w2[j].to_f64();
                 } else {
-                    mass[b] += w[j];
+                    mass[b] += w[j].to_f64();
                 }
             }
         }
@@ -589,10 +639,10 @@ fn scatter<T: Logit, const MARKS: bool, S: Second>(
             count[k as usize] += 1;
             if S::ON {
                 let p = &mut pairs[k as usize];
-                p[0] += weight(f, l);
-                p[1] += second.weight(f, l, k);
+                p[0] += weight(f, l).to_f64();
+                p[1] += second.weight(f, l, k).to_f64();
             } else {
-                mass[k as usize] += weight(f, l);
+                mass[k as usize] += weight(f, l).to_f64();
             }
         }
     }
