@@ -1195,19 +1195,10 @@ impl Engine {
         }
         let maxima = Some(&mut s.block_max);
         let near = near_max_mass(row, &s.overlay, offset, &mut s.cand, maxima)?;
-        let (Some(above), max) = (near.above, near.max) else {
-            return Ok(None);
-        };
+        let max = near.max;
         if max == f32::NEG_INFINITY {
             return Ok(None);
         }
-        let ov = &s.overlay;
-        s.cand.extend(
-            ov.patch
-                .iter()
-                .filter(|p| p.1 >= above)
-                .map(|&(id, l)| (l, id)),
-        );
         let weight = |l: f32| scaled(l, max, 1.0).exp();
         let u = crate::stats::U64;
         // The stage's own total, in id order: `n` roundings of the sum and an ulp per
@@ -1221,6 +1212,23 @@ impl Engine {
             return Ok(None);
         }
         let thr = rule.threshold;
+        // No weight exceeds the maximum's, 1, and a rounded quotient is monotone: when
+        // `1 / lo` is below the threshold, so is every token (a flat row's common case,
+        // decided without an `exp`, and whether or not the pass collected every token
+        // near the maximum).
+        if 1.0 / lo < thr {
+            return Ok(Some(0));
+        }
+        let Some(above) = near.above else {
+            return Ok(None);
+        };
+        let ov = &s.overlay;
+        s.cand.extend(
+            ov.patch
+                .iter()
+                .filter(|p| p.1 >= above)
+                .map(|&(id, l)| (l, id)),
+        );
         let (mut n_above, mut least) = (0usize, f64::INFINITY);
         for &(l, _) in &s.cand {
             let w = weight(l);
@@ -4995,13 +5003,16 @@ mod tests {
     }
 
     /// XTC first decides ordinary rows from the fast pass alone, and bans exactly the
-    /// tokens its own `apply` removes (`tests/floor_first.rs` checks whole chains).
+    /// tokens its own `apply` removes (`tests/floor_first.rs` checks whole chains). The
+    /// flattest row has every token near its maximum, more than the pass collects: its
+    /// total alone shows that no token reaches the threshold.
     #[test]
     fn xtc_decides_ordinary_rows_from_the_fast_pass() {
         let mut x = 0x0123_4567_89ab_cdefu64;
         for (n, scale, peaks) in [
             (151_936usize, 2.0f32, &[16.0f32, 15.5, 15.0, 14.0][..]),
             (151_936, 0.5, &[14.0, 13.9][..]),
+            (151_936, 0.5, &[][..]),
             (4_099, 3.0, &[8.0, 7.5, 6.5, 6.0, 5.0][..]),
             (4_099, 3.0, &[][..]),
         ] {
