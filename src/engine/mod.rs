@@ -2367,14 +2367,9 @@ impl Engine {
                 let err = if precise {
                     0.0
                 } else {
-                    // (An empty bucket before the last one adds nothing.)
-                    (0..lo)
-                        .filter(|&b| s.hist_count[b] > 0)
-                        .map(|b| {
-                            let (count, mass) = (s.hist_count[b], s.hist_mass[b]);
-                            histogram::second_error_bound(b, count, mass, frame, g)
-                        })
-                        .sum()
+                    histogram::bound_sum(0..lo, &s.hist_count, &s.hist_mass, |b, c, m| {
+                        histogram::second_error_bound(b, c, m, frame, g)
+                    })
                 };
                 let total = s.hist_mass[..lo].iter().sum::<f64>() + s.weight.iter().sum::<f64>();
                 Some(Survivors::Hist {

@@ -176,16 +176,29 @@ pub(crate) fn error_bound(b: usize, count: u32, mass: f64, f: Frame) -> f64 {
 }
 
 /// The sum of [`error_bound`] over the buckets `range` of a fast [`build`]'s `count` and
-/// `mass`: an empty bucket's bound is 0, so only the others are computed.
+/// `mass`.
 pub(crate) fn error_bound_sum(
     range: std::ops::Range<usize>,
     count: &[u32],
     mass: &[f64],
     f: Frame,
 ) -> f64 {
+    bound_sum(range, count, mass, |b, c, m| error_bound(b, c, m, f))
+}
+
+/// The sum of `bound(b, count[b], mass[b])` over the non-empty buckets `b` of `range`:
+/// for [`error_bound`] and [`second_error_bound`], which give an empty bucket 0 (but
+/// for the last bucket in [`second_error_bound`], which is outside every range that
+/// bound is summed over).
+pub(crate) fn bound_sum(
+    range: std::ops::Range<usize>,
+    count: &[u32],
+    mass: &[f64],
+    bound: impl Fn(usize, u32, f64) -> f64,
+) -> f64 {
     range
         .filter(|&b| count[b] > 0)
-        .map(|b| error_bound(b, count[b], mass[b], f))
+        .map(|b| bound(b, count[b], mass[b]))
         .sum()
 }
 
